@@ -1,0 +1,129 @@
+package keystore
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"time"
+
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// File names of the two directory layouts LoadDir understands.
+const (
+	// Istio cacerts: the signing certificate, its key, the root bundle, and
+	// optionally the signing certificate followed by its chain.
+	IstioCertFile  = "ca-cert.pem"
+	IstioKeyFile   = "ca-key.pem"
+	IstioRootFile  = "root-cert.pem"
+	IstioChainFile = "cert-chain.pem"
+	// cert-manager (kubernetes.io/tls Secret): the signing certificate
+	// optionally followed by intermediates, its key, and the root bundle.
+	TLSCertFile = "tls.crt"
+	TLSKeyFile  = "tls.key"
+	TLSCAFile   = "ca.crt"
+)
+
+// ErrNoMaterial is wrapped when a directory holds no file of either layout.
+var ErrNoMaterial = errors.New("no CA material")
+
+// ErrIncomplete is wrapped when a directory holds some but not all of the
+// files of a layout.
+var ErrIncomplete = errors.New("incomplete CA material")
+
+// layout names the files of one directory layout; chain is optional.
+type layout struct {
+	cert, key, roots, chain string
+}
+
+func layouts() []layout {
+	return []layout{
+		{cert: IstioCertFile, key: IstioKeyFile, roots: IstioRootFile, chain: IstioChainFile},
+		{cert: TLSCertFile, key: TLSKeyFile, roots: TLSCAFile},
+	}
+}
+
+// LoadDir reads CA material from dir, in the Istio cacerts layout or the
+// cert-manager layout, and validates it at the current time.
+func LoadDir(dir string) (*ca.Material, error) {
+	return loadDir(dir, time.Now())
+}
+
+func loadDir(dir string, now time.Time) (*ca.Material, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("ca-dir %s: %w: %w", dir, ErrNoMaterial, err)
+		}
+		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
+	}
+	defer r.Close()
+	l, err := detect(r)
+	if err != nil {
+		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
+	}
+	m, err := l.load(r)
+	if err != nil {
+		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
+	}
+	if err := m.Validate(now); err != nil {
+		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
+	}
+	return m, nil
+}
+
+// detect returns the first layout whose required files are all present.
+// Failing that, a layout with some of its files present is an error naming
+// the first missing file; no file at all is ErrNoMaterial.
+func detect(r *os.Root) (layout, error) {
+	var partialMissing string
+	for _, l := range layouts() {
+		present, missing, err := l.presence(r)
+		if err != nil {
+			return layout{}, err
+		}
+		if len(missing) == 0 {
+			return l, nil
+		}
+		if present > 0 && partialMissing == "" {
+			partialMissing = missing[0]
+		}
+	}
+	if partialMissing != "" {
+		return layout{}, fmt.Errorf("%s missing: %w", partialMissing, ErrIncomplete)
+	}
+	return layout{}, ErrNoMaterial
+}
+
+// presence counts the layout's files found in r (optional ones included)
+// and lists the required ones that are missing.
+func (l layout) presence(r *os.Root) (present int, missing []string, err error) {
+	for _, name := range []string{l.cert, l.key, l.roots, l.chain} {
+		if name == "" {
+			continue
+		}
+		ok, err := exists(r, name)
+		switch {
+		case err != nil:
+			return 0, nil, err
+		case ok:
+			present++
+		case name != l.chain:
+			missing = append(missing, name)
+		}
+	}
+	return present, missing, nil
+}
+
+func exists(r *os.Root, name string) (bool, error) {
+	_, err := r.Stat(name)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	default:
+		return false, err
+	}
+}

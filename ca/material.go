@@ -1,0 +1,134 @@
+package ca
+
+import (
+	"bytes"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.step.sm/crypto/keyutil"
+)
+
+// Validate reports whether m can sign at time now: every field is set, Cert
+// is a CA certificate allowed to sign certificates, Signer is its key, Cert
+// is within its validity period, and Cert chains through Intermediates to
+// one of Roots. Every error wraps ErrInvalidMaterial.
+func (m *Material) Validate(now time.Time) error {
+	if err := m.checkComplete(); err != nil {
+		return invalidMaterial("%v", err)
+	}
+	if err := checkCA(m.Cert); err != nil {
+		return invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
+	}
+	if m.Cert.KeyUsage&x509.KeyUsageCertSign == 0 {
+		return invalidMaterial("signing certificate %s: key usage lacks certSign", describe(m.Cert))
+	}
+	if !keyutil.Equal(m.Cert.PublicKey, m.Signer.Public()) {
+		return invalidMaterial("signing key does not match the public key of signing certificate %s", describe(m.Cert))
+	}
+	if err := checkValidity(m.Cert, now); err != nil {
+		return invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
+	}
+	if err := m.checkIntermediates(); err != nil {
+		return err
+	}
+	for i, r := range m.Roots {
+		if err := checkCA(r); err != nil {
+			return invalidMaterial("root %d %s: %v", i, describe(r), err)
+		}
+	}
+	return m.verifyChain(now)
+}
+
+func (m *Material) checkComplete() error {
+	switch {
+	case m == nil:
+		return errors.New("no material")
+	case m.Signer == nil:
+		return errors.New("no signing key")
+	case m.Cert == nil:
+		return errors.New("no signing certificate")
+	case len(m.Roots) == 0:
+		return errors.New("empty root bundle")
+	case containsNil(m.Intermediates):
+		return errors.New("nil intermediate certificate")
+	case containsNil(m.Roots):
+		return errors.New("nil root certificate")
+	}
+	return nil
+}
+
+// checkIntermediates requires CA certificates in chain order: each one
+// issued the certificate before it (by name), so chains are sent in order
+// and hold nothing unrelated.
+func (m *Material) checkIntermediates() error {
+	prev := m.Cert
+	for i, c := range m.Intermediates {
+		if err := checkCA(c); err != nil {
+			return invalidMaterial("intermediate %d %s: %v", i, describe(c), err)
+		}
+		if !bytes.Equal(prev.RawIssuer, c.RawSubject) {
+			return invalidMaterial("intermediate %d %s did not issue %s: intermediates must be in chain order, issuer first",
+				i, describe(c), describe(prev))
+		}
+		prev = c
+	}
+	return nil
+}
+
+// verifyChain checks that Cert chains to Roots at now. This, done once per
+// material, is what lets the signing path skip chain building for leaves.
+func (m *Material) verifyChain(now time.Time) error {
+	opts := x509.VerifyOptions{
+		Roots:         x509.NewCertPool(),
+		Intermediates: x509.NewCertPool(),
+		CurrentTime:   now,
+		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
+	}
+	for _, r := range m.Roots {
+		opts.Roots.AddCert(r)
+	}
+	for _, c := range m.Intermediates {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := m.Cert.Verify(opts); err != nil {
+		return invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
+	}
+	return nil
+}
+
+func checkCA(c *x509.Certificate) error {
+	if !c.BasicConstraintsValid || !c.IsCA {
+		return errors.New("not a CA certificate (basicConstraints CA=false or absent)")
+	}
+	return nil
+}
+
+func checkValidity(c *x509.Certificate, now time.Time) error {
+	switch {
+	case now.Before(c.NotBefore):
+		return fmt.Errorf("not valid before %s", c.NotBefore.UTC().Format(time.RFC3339))
+	case now.After(c.NotAfter):
+		return fmt.Errorf("expired at %s", c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+func invalidMaterial(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidMaterial, fmt.Sprintf(format, args...))
+}
+
+// describe names a certificate in error messages.
+func describe(c *x509.Certificate) string {
+	return fmt.Sprintf("(subject %q, serial %x)", c.Subject.String(), c.SerialNumber)
+}
+
+func containsNil(certs []*x509.Certificate) bool {
+	for _, c := range certs {
+		if c == nil {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,93 @@
+package ca
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// Sign issues an X.509-SVID for r.ID to the key of r.CSR, in three steps:
+// build the template, sign it, verify what was signed. The CSR must come
+// from ParseCSR. Errors wrap ErrInvalidCSR when the CSR does not fit the
+// identity and ErrForeignTrustDomain when the identity is not ours; any
+// other error is the CA's own failure.
+func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	if err := a.checkRequest(r); err != nil {
+		return nil, err
+	}
+	s := a.state.Load()
+	leaf, err := a.issue(s, &leafSpec{
+		pub:         r.CSR.PublicKey,
+		id:          r.ID,
+		ttl:         a.cfg.clampTTL(r.TTL),
+		extKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+	})
+	if err != nil {
+		return nil, err
+	}
+	chain := make([]string, 0, len(s.abovePEM)+2)
+	chain = append(chain, encodeCert(leaf.Raw))
+	chain = append(chain, s.abovePEM...)
+	chain = append(chain, s.rootsPEM)
+	return &Issued{Cert: leaf, Chain: chain}, nil
+}
+
+// checkRequest checks that the request can be granted: the identity is in
+// our trust domain and the CSR, if it names an identity, names this one.
+func (a *Authority) checkRequest(r Request) error {
+	if r.CSR == nil {
+		return invalidCSR("no CSR in the request")
+	}
+	if !r.ID.MemberOf(a.cfg.TrustDomain) {
+		return fmt.Errorf("%w: %q is not in trust domain %q", ErrForeignTrustDomain, r.ID, a.cfg.TrustDomain)
+	}
+	if err := checkPublicKey(r.CSR.PublicKey); err != nil {
+		return err
+	}
+	switch len(r.CSR.URIs) {
+	case 0:
+		return nil
+	case 1:
+		id, err := spiffeid.FromURI(r.CSR.URIs[0])
+		if err != nil || id != r.ID {
+			return invalidCSR("URI SAN %q does not match the granted identity %q", r.CSR.URIs[0], r.ID)
+		}
+		return nil
+	default:
+		return invalidCSR("%d URI SANs, at most one is allowed", len(r.CSR.URIs))
+	}
+}
+
+// IssueServing issues a TLS server certificate for the CA's own endpoint to
+// pub, valid for dnsNames. It returns the leaf and the certificates to send
+// above it (the signing certificate unless it is a root, then the
+// intermediates), ready for a tls.Certificate. The lifetime is clamped like
+// Sign's.
+func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsNames []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	if len(dnsNames) == 0 {
+		return nil, nil, errors.New("ca: serving certificate needs at least one DNS name")
+	}
+	s := a.state.Load()
+	leaf, err := a.issue(s, &leafSpec{
+		pub:         pub,
+		dnsNames:    slices.Clone(dnsNames),
+		ttl:         a.cfg.clampTTL(ttl),
+		extKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return leaf, slices.Clone(s.above), nil
+}
