@@ -1,0 +1,77 @@
+package authz
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+)
+
+// Caller is an authenticated workload: who presented the bearer token and
+// which pod and node the token is bound to.
+type Caller struct {
+	Namespace      string
+	ServiceAccount string
+	// PodName and PodUID are set for pod-bound tokens.
+	PodName string
+	PodUID  string
+	// NodeName is the node the pod was bound to when the token was minted;
+	// empty for tokens minted before scheduling or by older clusters.
+	NodeName string
+	// ExpiresAt is the token's expiry (its exp claim), zero if unknown.
+	ExpiresAt time.Time
+}
+
+// ID is the caller's own SPIFFE ID in trust domain td.
+func (c Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
+	return spiffeid.FromSegments(td, "ns", c.Namespace, "sa", c.ServiceAccount)
+}
+
+// String names the caller for logs: ns/sa (pod).
+func (c Caller) String() string {
+	if c.PodName == "" {
+		return c.Namespace + "/" + c.ServiceAccount
+	}
+	return c.Namespace + "/" + c.ServiceAccount + " (pod " + c.PodName + ")"
+}
+
+// ErrUnauthenticated is wrapped by every authentication failure: a missing,
+// malformed, expired, revoked or wrong-audience token.
+var ErrUnauthenticated = errors.New("unauthenticated")
+
+// ErrUnavailable is wrapped when a decision cannot be made right now, for
+// example because the Kubernetes API cannot be reached. Callers fail closed.
+var ErrUnavailable = errors.New("authorization backend unavailable")
+
+// Reason is a machine-readable denial reason, safe to use as a metric label.
+type Reason string
+
+// Denial reasons.
+const (
+	ReasonNotNodeAgent       Reason = "not-node-agent"
+	ReasonCallerPodMismatch  Reason = "caller-pod-mismatch"
+	ReasonCallerNodeUnknown  Reason = "caller-node-unknown"
+	ReasonIdentityNotOnNode  Reason = "identity-not-on-node"
+	ReasonForeignTrustDomain Reason = "foreign-trust-domain"
+	ReasonInvalidIdentity    Reason = "invalid-identity"
+)
+
+// DenyError is an authenticated caller asking for an identity it may not
+// have. Reason is short and bounded; Detail is the full explanation for logs.
+type DenyError struct {
+	Reason Reason
+	Detail string
+}
+
+func (e *DenyError) Error() string {
+	if e.Detail == "" {
+		return "denied: " + string(e.Reason)
+	}
+	return fmt.Sprintf("denied: %s: %s", e.Reason, e.Detail)
+}
+
+// Deny returns a DenyError with a formatted detail.
+func Deny(reason Reason, format string, args ...any) error {
+	return &DenyError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
+}
