@@ -1,0 +1,6 @@
+// Package caclient is a client of IstioCertificateService that behaves like
+// ztunnel: it makes a P-256 key and a CSR with one critical URI SAN, sends it
+// with a bearer token and optional ImpersonatedIdentity over TLS, and checks
+// the response the way ztunnel does. The `workload-ca request` command and the
+// end-to-end tests use it.
+package caclient

@@ -1,0 +1,114 @@
+package server
+
+import (
+	"context"
+	"crypto/tls"
+	"errors"
+	"net"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/health"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/keepalive"
+
+	"github.com/workload-ca/workload-ca/proto/capb"
+)
+
+// MaxRequestSize bounds a request message: a CSR is at most 16 KiB.
+const MaxRequestSize = 64 << 10
+
+// TLSConfig returns the server TLS configuration: TLS 1.3 unless minVersion
+// allows 1.2, and then only AEAD suites with forward secrecy.
+func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), minVersion uint16) *tls.Config {
+	if minVersion == 0 {
+		minVersion = tls.VersionTLS13
+	}
+	return &tls.Config{
+		MinVersion:     minVersion,
+		GetCertificate: getCert,
+		CipherSuites: []uint16{ // TLS 1.2 only; 1.3 suites are not configurable.
+			tls.TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256,
+			tls.TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384,
+			tls.TLS_ECDHE_ECDSA_WITH_CHACHA20_POLY1305_SHA256,
+		},
+		NextProtos: []string{"h2"},
+	}
+}
+
+// GRPCServer serves the certificate service and the standard health service.
+type GRPCServer struct {
+	grpc   *grpc.Server
+	health *health.Server
+	svc    *Service
+	// GracePeriod bounds how long in-flight requests may take at shutdown.
+	GracePeriod time.Duration
+}
+
+// NewGRPCServer builds the gRPC server over TLS.
+func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) *GRPCServer {
+	opts = append([]grpc.ServerOption{
+		grpc.Creds(credentials.NewTLS(tlsCfg)),
+		grpc.MaxRecvMsgSize(MaxRequestSize),
+		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+	}, opts...)
+	g := &GRPCServer{grpc: grpc.NewServer(opts...), health: health.NewServer(), svc: svc, GracePeriod: 15 * time.Second}
+	capb.RegisterIstioCertificateServiceServer(g.grpc, svc)
+	healthpb.RegisterHealthServer(g.grpc, g.health)
+	g.updateHealth()
+	return g
+}
+
+// Serve serves on lis until ctx ends, then stops gracefully: in-flight
+// requests finish (up to GracePeriod) and new ones are refused.
+func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
+	done := make(chan struct{})
+	go g.watchHealth(ctx, done)
+	errc := make(chan error, 1)
+	go func() { errc <- g.grpc.Serve(lis) }()
+	select {
+	case err := <-errc:
+		close(done)
+		return err
+	case <-ctx.Done():
+	}
+	close(done)
+	g.health.Shutdown()
+	stopped := make(chan struct{})
+	go func() { g.grpc.GracefulStop(); close(stopped) }()
+	select {
+	case <-stopped:
+	case <-time.After(g.GracePeriod):
+		g.grpc.Stop()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+		return err
+	}
+	return nil
+}
+
+// watchHealth keeps the health service in step with readiness.
+func (g *GRPCServer) watchHealth(ctx context.Context, done <-chan struct{}) {
+	t := time.NewTicker(time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-done:
+			return
+		case <-t.C:
+			g.updateHealth()
+		}
+	}
+}
+
+func (g *GRPCServer) updateHealth() {
+	st := healthpb.HealthCheckResponse_SERVING
+	if g.svc.ready() != nil {
+		st = healthpb.HealthCheckResponse_NOT_SERVING
+	}
+	g.health.SetServingStatus("", st)
+	g.health.SetServingStatus(capb.IstioCertificateService_ServiceDesc.ServiceName, st)
+}

@@ -1,0 +1,251 @@
+package server_test
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"google.golang.org/grpc/test/bufconn"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/authz/authztest"
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/proto/capb"
+	"github.com/workload-ca/workload-ca/server"
+)
+
+var td = spiffeid.RequireTrustDomainFromString("cluster.local")
+
+// env is a CA served in process over bufconn through the real TLS stack.
+type env struct {
+	authority *ca.Authority
+	authn     *authztest.Authenticator
+	ready     error
+	lis       *bufconn.Listener
+	roots     *x509.CertPool
+}
+
+const servingName = "workload-ca.istio-system.svc"
+
+func newEnv(t *testing.T, m *ca.Material) *env {
+	t.Helper()
+	authority, err := ca.New(ca.Config{TrustDomain: td}, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := &authztest.Pods{}
+	pods.Add("istio-system", "ztunnel-a", authz.PodInfo{UID: "zt-a", NodeName: "node-a", ServiceAccount: "ztunnel"})
+	pods.Add("demo", "web-1", authz.PodInfo{UID: "web-1", NodeName: "node-a", ServiceAccount: "web"})
+	pods.Add("demo", "db-1", authz.PodInfo{UID: "db-1", NodeName: "node-b", ServiceAccount: "db"})
+	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: td, Pods: pods,
+		NodeAgents: []authz.NodeAgent{{Namespace: "istio-system", ServiceAccount: "ztunnel"}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
+		authn: &authztest.Authenticator{Callers: map[string]authz.Caller{
+			"ztunnel-token": {Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "ztunnel-a", PodUID: "zt-a", NodeName: "node-a"},
+			"web-token":     {Namespace: "demo", ServiceAccount: "web", PodName: "web-1", PodUID: "web-1", NodeName: "node-a"},
+		}}}
+	for _, r := range authority.Roots() {
+		e.roots.AddCert(r)
+	}
+	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: authority,
+		Ready: func() error { return e.ready }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	serving, err := server.NewServingCert(context.Background(), server.ServingCertConfig{Issuer: authority, DNSNames: []string{servingName}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- g.Serve(ctx, e.lis) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Serve() = %v", err)
+		}
+	})
+	return e
+}
+
+func (e *env) dialer() grpc.DialOption {
+	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return e.lis.DialContext(ctx) })
+}
+
+func (e *env) client(t *testing.T) *caclient.Client {
+	t.Helper()
+	c, err := caclient.Dial(caclient.Config{Address: "passthrough:///" + servingName, Roots: e.roots, DialOptions: []grpc.DialOption{e.dialer()}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func ctxT(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+func TestZtunnelRoundTripSelfSignedRoot(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	e := newEnv(t, root.Material())
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	res, err := e.client(t).CreateCertificate(ctxT(t), caclient.Request{Token: "ztunnel-token", Identity: web, Impersonate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PEM) != 2 || len(res.Chain) != 0 || !res.Roots[0].Equal(root.Cert) {
+		t.Fatalf("chain = %d elements, %d intermediates; want [leaf, root]", len(res.PEM), len(res.Chain))
+	}
+	bundle := x509bundle.FromX509Authorities(td, e.authority.Roots())
+	id, _, err := x509svid.Verify([]*x509.Certificate{res.Leaf}, bundle)
+	if err != nil || id != web {
+		t.Fatalf("x509svid.Verify = %v, %v", id, err)
+	}
+}
+
+func TestRoundTripIntermediateChain(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	mid := testca.NewIntermediate(t, root, testca.P256)
+	signing := testca.NewIntermediate(t, mid, testca.P256)
+	other := testca.NewRoot(t, testca.P256)
+	e := newEnv(t, signing.Material(other.Cert))
+	own := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	res, err := e.client(t).CreateCertificate(ctxT(t), caclient.Request{Token: "web-token", Identity: own})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.PEM) != 4 || !res.Chain[0].Equal(signing.Cert) || !res.Chain[1].Equal(mid.Cert) || len(res.Roots) != 2 {
+		t.Fatalf("chain: %d elements, %d roots in the last; want [leaf, signing, mid, bundle of 2]", len(res.PEM), len(res.Roots))
+	}
+	if err := res.Verify(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestErrorCodes(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	e := newEnv(t, root.Material())
+	c := e.client(t)
+	id := spiffeid.RequireFromString
+	tests := []struct {
+		name  string
+		req   caclient.Request
+		setup func()
+		want  codes.Code
+	}{
+		{name: "no token", req: caclient.Request{Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unauthenticated},
+		{name: "unknown token", req: caclient.Request{Token: "garbage", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unauthenticated},
+		{name: "workload impersonating", req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/db"), Impersonate: true}, want: codes.PermissionDenied},
+		{name: "ztunnel asking for another node's identity", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://cluster.local/ns/demo/sa/db"), Impersonate: true}, want: codes.PermissionDenied},
+		{name: "foreign trust domain", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://evil.example/ns/demo/sa/web"), Impersonate: true}, want: codes.PermissionDenied},
+		{name: "CSR names another identity than the granted one", req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/other")}, want: codes.InvalidArgument},
+		{name: "not ready", setup: func() { e.ready = context.DeadlineExceeded }, req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unavailable},
+		{name: "authentication backend down", setup: func() { e.authn.Err = authz.ErrUnavailable }, req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unavailable},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			e.ready, e.authn.Err = nil, nil
+			if tt.setup != nil {
+				tt.setup()
+			}
+			_, err := c.CreateCertificate(ctxT(t), tt.req)
+			if status.Code(err) != tt.want {
+				t.Fatalf("CreateCertificate() = %v, want code %v", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
+	conn := e.conn(t)
+	svc := capb.NewIstioCertificateServiceClient(conn)
+	for name, req := range map[string]*capb.IstioCertificateRequest{
+		"empty CSR":   {},
+		"garbage CSR": {Csr: "not a csr"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := svc.CreateCertificate(withToken(ctxT(t), "web-token"), req)
+			if status.Code(err) != codes.InvalidArgument {
+				t.Fatalf("CreateCertificate() = %v, want InvalidArgument", err)
+			}
+		})
+	}
+	t.Run("oversized request", func(t *testing.T) {
+		_, err := svc.CreateCertificate(withToken(ctxT(t), "web-token"), &capb.IstioCertificateRequest{Csr: string(make([]byte, server.MaxRequestSize))})
+		if status.Code(err) != codes.ResourceExhausted {
+			t.Fatalf("CreateCertificate() = %v, want ResourceExhausted", err)
+		}
+	})
+}
+
+func TestHealthFollowsReadiness(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
+	h := healthpb.NewHealthClient(e.conn(t))
+	resp, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: capb.IstioCertificateService_ServiceDesc.ServiceName})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
+		t.Fatalf("health = %v, %v; want SERVING", resp, err)
+	}
+}
+
+func TestTLS12RefusedByDefault(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
+	conn, err := e.lis.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	c := tls.Client(conn, &tls.Config{RootCAs: e.roots, ServerName: servingName, MaxVersion: tls.VersionTLS12, NextProtos: []string{"h2"}})
+	if err := c.HandshakeContext(ctxT(t)); err == nil {
+		t.Fatal("TLS 1.2 handshake succeeded; want it refused")
+	}
+	c13 := tls.Client(mustDial(t, e), &tls.Config{RootCAs: e.roots, ServerName: servingName, NextProtos: []string{"h2"}})
+	if err := c13.HandshakeContext(ctxT(t)); err != nil {
+		t.Fatalf("TLS 1.3 handshake with hostname check against our root: %v", err)
+	}
+	c13.Close()
+}
+
+func mustDial(t *testing.T, e *env) net.Conn {
+	conn, err := e.lis.Dial()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+func (e *env) conn(t *testing.T) *grpc.ClientConn {
+	t.Helper()
+	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: e.roots, ServerName: servingName})
+	conn, err := grpc.NewClient("passthrough:///"+servingName, grpc.WithTransportCredentials(creds), e.dialer())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
+
+func withToken(ctx context.Context, token string) context.Context {
+	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}

@@ -1,0 +1,99 @@
+package server
+
+import (
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/proto/capb"
+)
+
+// ImpersonatedIdentityKey is the request metadata key under which a node
+// agent names the identity it asks a certificate for.
+const ImpersonatedIdentityKey = "ImpersonatedIdentity"
+
+// errInvalidRequest is wrapped by every malformed request.
+var errInvalidRequest = errors.New("invalid request")
+
+// parsedRequest is a request whose syntax has been checked: the CSR parsed
+// with its signature verified, the requested identity (zero for the caller's
+// own) and the requested lifetime (zero for the default).
+type parsedRequest struct {
+	csr       *x509.CertificateRequest
+	requested spiffeid.ID
+	ttl       time.Duration
+}
+
+// parseRequest checks a request without any I/O.
+func parseRequest(req *capb.IstioCertificateRequest) (parsedRequest, error) {
+	csr, err := ca.ParseCSR([]byte(req.GetCsr()))
+	if err != nil {
+		return parsedRequest{}, err
+	}
+	requested, err := impersonatedIdentity(req)
+	if err != nil {
+		return parsedRequest{}, err
+	}
+	return parsedRequest{csr: csr, requested: requested, ttl: seconds(req.GetValidityDuration())}, nil
+}
+
+// impersonatedIdentity returns the ImpersonatedIdentity metadata value, or
+// the zero ID when it is absent or empty.
+func impersonatedIdentity(req *capb.IstioCertificateRequest) (spiffeid.ID, error) {
+	v, ok := req.GetMetadata().GetFields()[ImpersonatedIdentityKey]
+	if !ok {
+		return spiffeid.ID{}, nil
+	}
+	str, isString := v.GetKind().(*structpb.Value_StringValue)
+	if !isString {
+		return spiffeid.ID{}, fmt.Errorf("%w: metadata %s must be a string", errInvalidRequest, ImpersonatedIdentityKey)
+	}
+	if str.StringValue == "" {
+		return spiffeid.ID{}, nil
+	}
+	id, err := spiffeid.FromString(str.StringValue)
+	if err != nil {
+		return spiffeid.ID{}, fmt.Errorf("%w: metadata %s: %w", errInvalidRequest, ImpersonatedIdentityKey, err)
+	}
+	return id, nil
+}
+
+// seconds converts validity_duration; non-positive means the default and a
+// value too large for a Duration saturates (the CA clamps it to its maximum).
+func seconds(s int64) time.Duration {
+	switch {
+	case s <= 0:
+		return 0
+	case s > math.MaxInt64/int64(time.Second):
+		return math.MaxInt64
+	}
+	return time.Duration(s) * time.Second
+}
+
+// maxTokenSize bounds the bearer token we accept; service-account JWTs are
+// around 1 KiB.
+const maxTokenSize = 16 << 10
+
+// bearerToken returns the first `authorization: Bearer <token>` value.
+func bearerToken(md metadata.MD) (string, error) {
+	const prefix = "bearer "
+	for _, v := range md.Get("authorization") {
+		if len(v) > len(prefix) && strings.EqualFold(v[:len(prefix)], prefix) {
+			token := strings.TrimSpace(v[len(prefix):])
+			if token == "" || len(token) > maxTokenSize {
+				break
+			}
+			return token, nil
+		}
+	}
+	return "", fmt.Errorf("%w: no bearer token in the authorization header", authz.ErrUnauthenticated)
+}

@@ -1,0 +1,121 @@
+package server
+
+import (
+	"errors"
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/proto/capb"
+)
+
+func meta(kv map[string]*structpb.Value) *structpb.Struct { return &structpb.Struct{Fields: kv} }
+
+func TestParseRequest(t *testing.T) {
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	csr, _ := testca.ZtunnelCSR(t, web)
+	tests := []struct {
+		name          string
+		req           *capb.IstioCertificateRequest
+		wantRequested spiffeid.ID
+		wantTTL       time.Duration
+		wantErr       error
+	}{
+		{name: "ztunnel request", req: &capb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: 86400,
+			Metadata: meta(map[string]*structpb.Value{ImpersonatedIdentityKey: structpb.NewStringValue(web.String())})},
+			wantRequested: web, wantTTL: 24 * time.Hour},
+		{name: "own identity, default ttl", req: &capb.IstioCertificateRequest{Csr: string(csr)}},
+		{name: "empty impersonated identity means own", req: &capb.IstioCertificateRequest{Csr: string(csr),
+			Metadata: meta(map[string]*structpb.Value{ImpersonatedIdentityKey: structpb.NewStringValue("")})}},
+		{name: "unknown metadata ignored", req: &capb.IstioCertificateRequest{Csr: string(csr),
+			Metadata: meta(map[string]*structpb.Value{"CertSigner": structpb.NewStringValue("x")})}},
+		{name: "negative ttl means default", req: &capb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: -5}},
+		{name: "huge ttl saturates", req: &capb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: math.MaxInt64}, wantTTL: math.MaxInt64},
+		{name: "impersonated identity not a string", req: &capb.IstioCertificateRequest{Csr: string(csr),
+			Metadata: meta(map[string]*structpb.Value{ImpersonatedIdentityKey: structpb.NewNumberValue(1)})}, wantErr: errInvalidRequest},
+		{name: "impersonated identity not a SPIFFE ID", req: &capb.IstioCertificateRequest{Csr: string(csr),
+			Metadata: meta(map[string]*structpb.Value{ImpersonatedIdentityKey: structpb.NewStringValue("https://x/y")})}, wantErr: errInvalidRequest},
+		{name: "empty CSR", req: &capb.IstioCertificateRequest{}, wantErr: ca.ErrInvalidCSR},
+		{name: "garbage CSR", req: &capb.IstioCertificateRequest{Csr: "-----BEGIN CERTIFICATE REQUEST-----\nAAAA\n-----END CERTIFICATE REQUEST-----\n"}, wantErr: ca.ErrInvalidCSR},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseRequest(tt.req)
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("parseRequest() error = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseRequest() error = %v", err)
+			}
+			if got.requested != tt.wantRequested || got.ttl != tt.wantTTL || got.csr == nil {
+				t.Fatalf("parseRequest() = %v %v, want %v %v", got.requested, got.ttl, tt.wantRequested, tt.wantTTL)
+			}
+		})
+	}
+}
+
+func TestBearerToken(t *testing.T) {
+	tests := []struct {
+		name string
+		md   metadata.MD
+		want string
+	}{
+		{name: "bearer", md: metadata.Pairs("authorization", "Bearer abc.def.ghi"), want: "abc.def.ghi"},
+		{name: "scheme is case-insensitive", md: metadata.Pairs("authorization", "bearer abc"), want: "abc"},
+		{name: "first bearer value wins", md: metadata.Pairs("authorization", "Basic x", "authorization", "Bearer b1", "authorization", "Bearer b2"), want: "b1"},
+		{name: "missing header", md: metadata.MD{}},
+		{name: "other scheme", md: metadata.Pairs("authorization", "Basic abc")},
+		{name: "empty token", md: metadata.Pairs("authorization", "Bearer   ")},
+		{name: "oversized token", md: metadata.Pairs("authorization", "Bearer "+strings.Repeat("a", maxTokenSize+1))},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := bearerToken(tt.md)
+			if tt.want == "" {
+				if !errors.Is(err, authz.ErrUnauthenticated) {
+					t.Fatalf("bearerToken() = %q, %v; want unauthenticated", got, err)
+				}
+				return
+			}
+			if err != nil || got != tt.want {
+				t.Fatalf("bearerToken() = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+}
+
+// FuzzParseRequest feeds arbitrary CSRs, lifetimes and impersonated
+// identities: parsing never panics, and what it accepts is consistent.
+func FuzzParseRequest(f *testing.F) {
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	csr, _ := testca.ZtunnelCSR(f, web)
+	f.Add(string(csr), int64(86400), web.String())
+	f.Add(string(csr), int64(-1), "")
+	f.Add("", int64(0), "spiffe://")
+	f.Add("-----BEGIN CERTIFICATE REQUEST-----\n\n-----END CERTIFICATE REQUEST-----", int64(math.MaxInt64), "spiffe://a/b/../c")
+	f.Fuzz(func(t *testing.T, csr string, ttl int64, impersonated string) {
+		req := &capb.IstioCertificateRequest{Csr: csr, ValidityDuration: ttl,
+			Metadata: meta(map[string]*structpb.Value{ImpersonatedIdentityKey: structpb.NewStringValue(impersonated)})}
+		p, err := parseRequest(req)
+		if err != nil {
+			if !errors.Is(err, ca.ErrInvalidCSR) && !errors.Is(err, errInvalidRequest) {
+				t.Fatalf("parseRequest() error %v is neither an invalid CSR nor an invalid request", err)
+			}
+			return
+		}
+		if p.csr == nil || p.ttl < 0 || (impersonated != "" && p.requested.String() != impersonated) {
+			t.Fatalf("parseRequest() accepted inconsistent result %+v", p)
+		}
+	})
+}

@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/grpc/metadata"
+	"google.golang.org/grpc/status"
+	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/proto/capb"
+)
+
+// Authenticator turns a bearer token into a caller.
+type Authenticator interface {
+	Authenticate(ctx context.Context, token string) (authz.Caller, error)
+}
+
+// Authorizer decides which identity a caller gets; a zero requested ID asks
+// for the caller's own.
+type Authorizer interface {
+	Authorize(ctx context.Context, caller authz.Caller, requested spiffeid.ID) (spiffeid.ID, error)
+}
+
+// Signer issues a certificate for a granted identity.
+type Signer interface {
+	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
+}
+
+// Config wires the service. Authenticator, Authorizer and Signer are
+// required: there is no allow-all mode.
+type Config struct {
+	Authenticator Authenticator
+	Authorizer    Authorizer
+	Signer        Signer
+	// Ready reports whether the CA can serve (nil: always ready).
+	Ready  func() error
+	Logger *slog.Logger
+	Clock  clock.PassiveClock
+}
+
+// Service implements IstioCertificateService.
+type Service struct {
+	capb.UnimplementedIstioCertificateServiceServer
+	authn  Authenticator
+	authz  Authorizer
+	signer Signer
+	ready  func() error
+	log    *slog.Logger
+	clock  clock.PassiveClock
+}
+
+// NewService checks the configuration and returns the service.
+func NewService(cfg Config) (*Service, error) {
+	if cfg.Authenticator == nil || cfg.Authorizer == nil || cfg.Signer == nil {
+		return nil, errors.New("server: authenticator, authorizer and signer are required")
+	}
+	s := &Service{authn: cfg.Authenticator, authz: cfg.Authorizer, signer: cfg.Signer,
+		ready: cfg.Ready, log: cfg.Logger, clock: cfg.Clock}
+	if s.ready == nil {
+		s.ready = func() error { return nil }
+	}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.clock == nil {
+		s.clock = clock.RealClock{}
+	}
+	return s, nil
+}
+
+// decision is what one request came to, for the log and the audit record.
+type decision struct {
+	caller    authz.Caller
+	requested spiffeid.ID
+	granted   spiffeid.ID
+	issued    *ca.Issued
+}
+
+// CreateCertificate authenticates the caller, authorizes the identity, signs
+// the CSR and returns [leaf, intermediates..., root bundle].
+func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error) {
+	start := s.clock.Now()
+	var d decision
+	err := s.createCertificate(ctx, req, &d)
+	o := classify(err)
+	s.record(ctx, d, o, err, s.clock.Since(start))
+	if err != nil {
+		return nil, status.Error(o.code, o.message)
+	}
+	return &capb.IstioCertificateResponse{CertChain: d.issued.Chain}, nil
+}
+
+func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertificateRequest, d *decision) error {
+	if err := s.ready(); err != nil {
+		return errors.Join(errNotReady, err)
+	}
+	md, _ := metadata.FromIncomingContext(ctx)
+	token, err := bearerToken(md)
+	if err != nil {
+		return err
+	}
+	p, err := parseRequest(req)
+	if err != nil {
+		return err
+	}
+	d.requested = p.requested
+	if d.caller, err = s.authn.Authenticate(ctx, token); err != nil {
+		return err
+	}
+	if d.granted, err = s.authz.Authorize(ctx, d.caller, p.requested); err != nil {
+		return err
+	}
+	d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: p.csr, ID: d.granted, TTL: p.ttl})
+	return err
+}
+
+// record writes one structured record per decision. It never logs the token
+// or the CSR.
+func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) {
+	attrs := []slog.Attr{
+		slog.String("result", o.result),
+		slog.String("caller", d.caller.Namespace+"/"+d.caller.ServiceAccount),
+		slog.String("pod", d.caller.PodName),
+		slog.String("node", d.caller.NodeName),
+		slog.Duration("took", took),
+	}
+	if !d.requested.IsZero() {
+		attrs = append(attrs, slog.String("requested", d.requested.String()))
+	}
+	if err != nil {
+		if o.reason != "" {
+			attrs = append(attrs, slog.String("reason", string(o.reason)))
+		}
+		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
+		s.log.LogAttrs(ctx, levelFor(o), "certificate request refused", attrs...)
+		return
+	}
+	attrs = append(attrs,
+		slog.String("identity", d.granted.String()),
+		slog.String("serial", d.issued.Cert.SerialNumber.Text(16)),
+		slog.Time("not_after", d.issued.Cert.NotAfter))
+	s.log.LogAttrs(ctx, slog.LevelInfo, "certificate issued", attrs...)
+}
+
+func levelFor(o outcome) slog.Level {
+	if o.result == "internal" {
+		return slog.LevelError
+	}
+	return slog.LevelWarn
+}

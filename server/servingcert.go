@@ -1,0 +1,107 @@
+package server
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"k8s.io/utils/clock"
+)
+
+// ServingIssuer issues the TLS certificate of the CA's own endpoint. It
+// returns the leaf and the certificates above it, up to (not including) the
+// root.
+type ServingIssuer interface {
+	IssueServing(ctx context.Context, pub crypto.PublicKey, dnsNames []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error)
+}
+
+// ServingCertConfig configures the serving certificate.
+type ServingCertConfig struct {
+	Issuer   ServingIssuer
+	DNSNames []string
+	// TTL is the requested lifetime (default 24h). The certificate is renewed
+	// once two thirds of its actual lifetime have passed.
+	TTL   time.Duration
+	Clock clock.PassiveClock
+}
+
+// ServingCert keeps a TLS serving certificate issued by our CA and renews it
+// before it expires, on the first handshake after renewal is due.
+type ServingCert struct {
+	cfg ServingCertConfig
+
+	mu      sync.Mutex
+	cert    *tls.Certificate
+	renewAt time.Time
+}
+
+// NewServingCert issues the first certificate, so a misconfigured CA fails
+// at start-up rather than on the first handshake.
+func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, error) {
+	if cfg.Issuer == nil || len(cfg.DNSNames) == 0 {
+		return nil, errors.New("serving certificate: issuer and DNS names are required")
+	}
+	if cfg.TTL <= 0 {
+		cfg.TTL = 24 * time.Hour
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	s := &ServingCert{cfg: cfg}
+	if err := s.renew(ctx); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// GetCertificate is tls.Config.GetCertificate.
+func (s *ServingCert) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.cfg.Clock.Now().Before(s.renewAt) {
+		ctx := context.Background()
+		if hello != nil {
+			ctx = hello.Context()
+		}
+		if err := s.renew(ctx); err != nil && !s.cfg.Clock.Now().Before(s.cert.Leaf.NotAfter) {
+			// Keep serving the old certificate while it is valid; a failed
+			// renewal is retried on the next handshake.
+			return nil, err
+		}
+	}
+	return s.cert, nil
+}
+
+// Current returns the certificate now served.
+func (s *ServingCert) Current() *tls.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cert
+}
+
+// renew issues a new certificate with a new key. Callers hold mu or own s.
+func (s *ServingCert) renew(ctx context.Context) error {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("serving certificate key: %w", err)
+	}
+	leaf, chain, err := s.cfg.Issuer.IssueServing(ctx, key.Public(), s.cfg.DNSNames, s.cfg.TTL)
+	if err != nil {
+		return fmt.Errorf("serving certificate: %w", err)
+	}
+	cert := &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
+	for _, c := range chain {
+		cert.Certificate = append(cert.Certificate, c.Raw)
+	}
+	s.cert = cert
+	s.renewAt = leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) * 2 / 3)
+	return nil
+}

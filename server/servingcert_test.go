@@ -1,0 +1,96 @@
+package server_test
+
+import (
+	"context"
+	"crypto"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/server"
+)
+
+// flakyIssuer fails while broken is set.
+type flakyIssuer struct {
+	*ca.Authority
+	broken bool
+}
+
+func (f *flakyIssuer) IssueServing(ctx context.Context, pub crypto.PublicKey, dns []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
+	if f.broken {
+		return nil, nil, errors.New("issuer down")
+	}
+	return f.Authority.IssueServing(ctx, pub, dns, ttl)
+}
+
+func TestServingCertRenewal(t *testing.T) {
+	start := time.Now().Truncate(time.Second)
+	clk := clocktesting.NewFakeClock(start)
+	root := testca.NewRoot(t, testca.P256, testca.Validity(start.Add(-time.Hour), start.Add(365*24*time.Hour)))
+	authority, err := ca.New(ca.Config{TrustDomain: td, Clock: clk}, root.Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := &flakyIssuer{Authority: authority}
+	sc, err := server.NewServingCert(context.Background(), server.ServingCertConfig{
+		Issuer: issuer, DNSNames: []string{servingName}, TTL: 3 * time.Hour, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := mustGet(t, sc)
+	if got := first.Leaf.DNSNames; len(got) != 1 || got[0] != servingName {
+		t.Fatalf("DNS names = %v", got)
+	}
+	if _, err := first.Leaf.Verify(x509.VerifyOptions{Roots: pool(root.Cert), DNSName: servingName, CurrentTime: start}); err != nil {
+		t.Fatalf("serving certificate does not verify against our root: %v", err)
+	}
+
+	clk.Step(time.Hour)
+	if got := mustGet(t, sc); got != first {
+		t.Fatal("renewed before two thirds of its lifetime")
+	}
+
+	clk.Step(90 * time.Minute) // past 2/3 of 3h (+2m backdate)
+	issuer.broken = true
+	if got := mustGet(t, sc); got != first {
+		t.Fatal("a failed renewal must keep serving the still-valid certificate")
+	}
+
+	issuer.broken = false
+	renewed := mustGet(t, sc)
+	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+		t.Fatal("not renewed after two thirds of its lifetime")
+	}
+	if !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
+		t.Fatalf("renewed NotAfter %v not after %v", renewed.Leaf.NotAfter, first.Leaf.NotAfter)
+	}
+
+	clk.Step(4 * time.Hour) // the renewed certificate has expired too
+	issuer.broken = true
+	if _, err := sc.GetCertificate(nil); err == nil {
+		t.Fatal("an expired certificate must not be served when renewal fails")
+	}
+}
+
+func mustGet(t *testing.T, sc *server.ServingCert) *tls.Certificate {
+	t.Helper()
+	c, err := sc.GetCertificate(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func pool(certs ...*x509.Certificate) *x509.CertPool {
+	p := x509.NewCertPool()
+	for _, c := range certs {
+		p.AddCert(c)
+	}
+	return p
+}

@@ -1,0 +1,53 @@
+package server
+
+import (
+	"context"
+	"errors"
+
+	"google.golang.org/grpc/codes"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// errNotReady is returned while the CA cannot serve yet (CA material or pod
+// index not ready).
+var errNotReady = errors.New("not ready")
+
+// outcome classifies an error for the caller, the logs and the metrics. It is
+// the one place where errors become gRPC codes.
+type outcome struct {
+	code codes.Code
+	// result is a short, bounded label: issued, unauthenticated, denied,
+	// invalid, unavailable, canceled, internal.
+	result string
+	// reason is the denial reason for denied requests.
+	reason authz.Reason
+	// message is what the caller is told: little about why auth failed.
+	message string
+}
+
+// classify maps an error from any layer to its outcome.
+func classify(err error) outcome {
+	var deny *authz.DenyError
+	switch {
+	case err == nil:
+		return outcome{code: codes.OK, result: "issued"}
+	case errors.Is(err, authz.ErrUnauthenticated):
+		return outcome{code: codes.Unauthenticated, result: "unauthenticated", message: "authentication failed"}
+	case errors.As(err, &deny):
+		return outcome{code: codes.PermissionDenied, result: "denied", reason: deny.Reason,
+			message: "identity not permitted: " + string(deny.Reason)}
+	case errors.Is(err, ca.ErrInvalidCSR), errors.Is(err, errInvalidRequest):
+		// The caller's own input: the full message helps them fix it.
+		return outcome{code: codes.InvalidArgument, result: "invalid", message: err.Error()}
+	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable):
+		return outcome{code: codes.Unavailable, result: "unavailable", message: "certificate authority temporarily unavailable"}
+	case errors.Is(err, context.Canceled):
+		return outcome{code: codes.Canceled, result: "canceled", message: "request canceled"}
+	case errors.Is(err, context.DeadlineExceeded):
+		return outcome{code: codes.DeadlineExceeded, result: "canceled", message: "deadline exceeded"}
+	default:
+		return outcome{code: codes.Internal, result: "internal", message: "internal error"}
+	}
+}
