@@ -1,0 +1,41 @@
+package controlplane
+
+import (
+	"context"
+	"os"
+	"testing"
+)
+
+// StartForTest starts a control plane for t and stops it in t.Cleanup. It
+// skips t when neither opts.BinDir nor $WORKLOAD_CA_CONTROLPLANE_BIN names
+// the binaries. If t fails, a temporary work dir is kept and its path
+// (logs, audit log, kubeconfig) is logged.
+func StartForTest(t testing.TB, opts Options) *ControlPlane {
+	t.Helper()
+	if opts.BinDir == "" && os.Getenv(EnvBinDir) == "" {
+		t.Skipf("%s is unset: set it to the directory holding etcd and kube-apiserver "+
+			"(e.g. .controlplane/v1.37.2-etcd-v3.7.0, built by the tools module e2e/tools)", EnvBinDir)
+	}
+	if opts.WorkDir == "" {
+		dir, err := os.MkdirTemp("", "workload-ca-controlplane-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		opts.WorkDir = dir
+	}
+	c, err := Start(context.Background(), opts)
+	if err != nil {
+		t.Fatalf("start control plane: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := c.Stop(); err != nil {
+			t.Errorf("stop control plane: %v", err)
+		}
+		if t.Failed() {
+			t.Logf("control plane work dir kept: %s", opts.WorkDir)
+			return
+		}
+		_ = os.RemoveAll(opts.WorkDir)
+	})
+	return c
+}
