@@ -1,0 +1,119 @@
+package podindex
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/workload-ca/workload-ca/authz"
+)
+
+// A live ServiceAccountOnNode lookup reads at most lookupMaxPages pages of
+// lookupPageSize pods. The field selector names node, service account and
+// phase, so every pod the server returns is a match and the first page
+// normally decides; further pages are read only because a server may return
+// a short (even empty) page with a continue token.
+const (
+	lookupPageSize = 10
+	lookupMaxPages = 3
+)
+
+// allowLookup takes a token from the live-lookup limiter. A refusal answers
+// not-found: the caller fails closed and the watch catches up. Refusals are
+// logged at most once a second (a flood of misses must not flood the log)
+// and counted in Stats.
+func (i *Index) allowLookup(kind string, args ...any) bool {
+	now := i.cfg.Clock.Now()
+	if i.limiter.AllowN(now, 1) {
+		i.lookups.Add(1)
+		return true
+	}
+	refused := i.refused.Add(1)
+	if i.logOnce.AllowN(now, 1) {
+		args = append(args[:len(args):len(args)], "refusedTotal", refused)
+		i.cfg.Logger.Warn("podindex: live "+kind+" lookup refused by rate limit; answering not found", args...)
+	}
+	return false
+}
+
+// lookupPod reads namespace/name from the API and checks that it is the
+// live, scheduled pod uid. The pod is not added to the index.
+func (i *Index) lookupPod(ctx context.Context, namespace, name, uid string) (authz.PodInfo, bool, error) {
+	if namespace == "" || name == "" || uid == "" {
+		return authz.PodInfo{}, false, nil
+	}
+	if !i.allowLookup("pod", "namespace", namespace, "name", name, "uid", uid) {
+		return authz.PodInfo{}, false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.cfg.LookupTimeout)
+	defer cancel()
+	pod, err := i.cfg.Client.CoreV1().Pods(namespace).Get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return authz.PodInfo{}, false, nil
+	case err != nil:
+		return authz.PodInfo{}, false, fmt.Errorf("podindex: get pod %s/%s: %w: %w",
+			namespace, name, authz.ErrUnavailable, err)
+	}
+	r, _ := recordOf(pod)
+	if r.uid != uid || !r.live() {
+		return authz.PodInfo{}, false, nil
+	}
+	return authz.PodInfo{UID: r.uid, NodeName: r.node, ServiceAccount: r.serviceAccount}, true, nil
+}
+
+// lookupOnNode lists the namespace's live pods of serviceAccount on node.
+func (i *Index) lookupOnNode(ctx context.Context, node, namespace, serviceAccount string) (bool, error) {
+	if node == "" || namespace == "" || serviceAccount == "" {
+		return false, nil // an empty node would select unscheduled pods
+	}
+	args := []any{"node", node, "namespace", namespace, "serviceAccount", serviceAccount}
+	if !i.allowLookup("service-account-on-node", args...) {
+		return false, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, i.cfg.LookupTimeout)
+	defer cancel()
+	opts := metav1.ListOptions{FieldSelector: onNodeSelector(node, serviceAccount), Limit: lookupPageSize}
+	for range lookupMaxPages {
+		pods, err := i.cfg.Client.CoreV1().Pods(namespace).List(ctx, opts)
+		if err != nil {
+			return false, fmt.Errorf("podindex: list pods of %s/%s on node %s: %w: %w",
+				namespace, serviceAccount, node, authz.ErrUnavailable, err)
+		}
+		if anyRunsAs(pods.Items, record{namespace: namespace, node: node, serviceAccount: serviceAccount}) {
+			return true, nil
+		}
+		if pods.Continue == "" {
+			return false, nil
+		}
+		opts.Continue = pods.Continue
+	}
+	i.cfg.Logger.Warn("podindex: live service-account-on-node lookup gave up after the page limit; answering not found",
+		args...)
+	return false, nil
+}
+
+func onNodeSelector(node, serviceAccount string) string {
+	return fields.AndSelectors(
+		fields.OneTermEqualSelector("spec.nodeName", node),
+		fields.OneTermEqualSelector("spec.serviceAccountName", serviceAccount),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	).String()
+}
+
+// anyRunsAs checks the server's answer again on the client: a live pod in
+// want's namespace, on want's node, running as want's service account.
+func anyRunsAs(pods []corev1.Pod, want record) bool {
+	for j := range pods {
+		r, _ := recordOf(&pods[j])
+		if r.live() && r.namespace == want.namespace && r.node == want.node && r.serviceAccount == want.serviceAccount {
+			return true
+		}
+	}
+	return false
+}
