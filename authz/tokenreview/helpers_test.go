@@ -1,0 +1,162 @@
+package tokenreview
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authnv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+func testEpoch() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
+
+// makeJWT returns a JWT-shaped token with the given claims and a dummy
+// signature: only the apiserver (here: a fake) judges it.
+func makeJWT(t testing.TB, claims map[string]any) string {
+	t.Helper()
+	payload, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc := base64.RawURLEncoding
+	return enc.EncodeToString([]byte(`{"alg":"RS256","kid":"k1"}`)) + "." +
+		enc.EncodeToString(payload) + "." + enc.EncodeToString([]byte("not-a-real-signature"))
+}
+
+// tokenExpiringAt is a pod-bound-looking token with the given exp.
+func tokenExpiringAt(t testing.TB, exp time.Time) string {
+	return makeJWT(t, map[string]any{
+		"aud": []string{"istio-ca"},
+		"exp": exp.Unix(),
+		"sub": "system:serviceaccount:apps:web",
+	})
+}
+
+func podBound(ns, sa, pod, uid, node string) authnv1.TokenReviewStatus {
+	return authnv1.TokenReviewStatus{
+		Authenticated: true,
+		Audiences:     []string{"istio-ca"},
+		User: authnv1.UserInfo{
+			Username: "system:serviceaccount:" + ns + ":" + sa,
+			UID:      "sa-uid",
+			Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+			Extra: map[string]authnv1.ExtraValue{
+				extraPodName:  {pod},
+				extraPodUID:   {uid},
+				extraNodeName: {node},
+				"authentication.kubernetes.io/credential-id": {"JTI=7c1f"},
+			},
+		},
+	}
+}
+
+func webPod() authnv1.TokenReviewStatus {
+	return podBound("apps", "web", "web-0", "uid-web-0", "node-a")
+}
+
+func rejected(reason string) authnv1.TokenReviewStatus {
+	return authnv1.TokenReviewStatus{Authenticated: false, Error: reason}
+}
+
+// respondFunc scripts the apiserver: n counts calls from 1.
+type respondFunc func(n int) (authnv1.TokenReviewStatus, error)
+
+func always(st authnv1.TokenReviewStatus) respondFunc {
+	return func(int) (authnv1.TokenReviewStatus, error) { return st, nil }
+}
+
+// fakeAPI is a fake clientset whose tokenreviews reactor counts calls and
+// remembers the last request.
+type fakeAPI struct {
+	*fake.Clientset
+	calls atomic.Int32
+	mu    sync.Mutex
+	last  authnv1.TokenReviewSpec
+}
+
+func newFakeAPI(respond respondFunc) *fakeAPI {
+	api := &fakeAPI{Clientset: fake.NewClientset()}
+	api.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		n := int(api.calls.Add(1))
+		req := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
+		api.mu.Lock()
+		api.last = req.Spec
+		api.mu.Unlock()
+		st, err := respond(n)
+		if err != nil {
+			return true, nil, err
+		}
+		resp := req.DeepCopy()
+		resp.Status = st
+		return true, resp, nil
+	})
+	return api
+}
+
+func (a *fakeAPI) lastSpec() authnv1.TokenReviewSpec {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.last
+}
+
+// countingObserver records what the reviewer reports.
+type countingObserver struct {
+	mu      sync.Mutex
+	hits    int
+	misses  int
+	results map[string]int
+}
+
+func (o *countingObserver) CacheLookup(hit bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if hit {
+		o.hits++
+	} else {
+		o.misses++
+	}
+}
+
+func (o *countingObserver) ReviewDone(result string, _ time.Duration) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.results == nil {
+		o.results = map[string]int{}
+	}
+	o.results[result]++
+}
+
+// podSet is a PodChecker backed by a set of UIDs.
+type podSet struct {
+	mu   sync.Mutex
+	uids map[string]bool
+}
+
+func (p *podSet) HasPod(uid string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.uids[uid]
+}
+
+func (p *podSet) remove(uid string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.uids, uid)
+}
+
+func newReviewer(t testing.TB, cfg Config) *Reviewer {
+	t.Helper()
+	r, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func b64(s string) string { return base64.RawURLEncoding.EncodeToString([]byte(s)) }

@@ -1,0 +1,28 @@
+package tokenreview
+
+import "time"
+
+// Observer receives counters for metrics. Implementations must be safe for
+// concurrent use and fast: they are called on the request path.
+type Observer interface {
+	// CacheLookup is called once per well-formed token that reaches the cache.
+	CacheLookup(hit bool)
+	// ReviewDone is called after each TokenReview API call with one of the
+	// Result* values (a bounded set, safe as a metric label).
+	ReviewDone(result string, d time.Duration)
+}
+
+// Results of one TokenReview, as passed to Observer.ReviewDone.
+const (
+	ResultAuthenticated     = "authenticated"
+	ResultNotAuthenticated  = "not-authenticated"
+	ResultAudienceMismatch  = "audience-mismatch"
+	ResultNotServiceAccount = "not-service-account"
+	ResultInvalidUserInfo   = "invalid-user-info"
+	ResultError             = "error"
+)
+
+type nopObserver struct{}
+
+func (nopObserver) CacheLookup(bool)                 {}
+func (nopObserver) ReviewDone(string, time.Duration) {}
