@@ -1,0 +1,71 @@
+// Command workload-ca is a certificate authority that gives every Kubernetes
+// workload a SPIFFE identity, speaking Istio's certificate service protocol.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version = "dev"
+
+const usage = `workload-ca: a certificate authority for SPIFFE workload identities
+
+Usage:
+  workload-ca serve   [flags]   run the CA (gRPC IstioCertificateService)
+  workload-ca request [flags]   request a certificate as ztunnel would
+  workload-ca version           print the version
+
+Run "workload-ca <command> -h" for the flags of a command.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run executes a subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "serve":
+		err = runServe(ctx, args[1:], stderr)
+	case "request":
+		err = runRequest(ctx, args[1:], stdout, stderr)
+	case "version":
+		fmt.Fprintln(stdout, "workload-ca", version)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+	default:
+		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errUsage):
+		fmt.Fprintln(stderr, "workload-ca:", err)
+		return 2
+	default:
+		fmt.Fprintln(stderr, "workload-ca:", err)
+		return 1
+	}
+}
+
+// errUsage is wrapped by invalid command lines.
+var errUsage = errors.New("usage")

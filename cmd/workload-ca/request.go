@@ -1,0 +1,167 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.step.sm/crypto/pemutil"
+	"google.golang.org/grpc/status"
+
+	"github.com/workload-ca/workload-ca/caclient"
+)
+
+// requestConfig is the validated configuration of `workload-ca request`.
+type requestConfig struct {
+	Addr        string
+	ServerName  string
+	RootCert    string
+	TokenFile   string
+	Identity    spiffeid.ID
+	Impersonate bool
+	TTL         time.Duration
+	Timeout     time.Duration
+	OutDir      string
+	JSON        bool
+}
+
+func parseRequestFlags(args []string, stderr io.Writer) (requestConfig, error) {
+	fs := flag.NewFlagSet("request", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	var c requestConfig
+	var id, output string
+	fs.StringVar(&c.Addr, "addr", "localhost:15012", "CA address host:port (ztunnel's CA_ADDRESS)")
+	fs.StringVar(&c.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
+	fs.StringVar(&c.RootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
+	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token, re-read on every call as ztunnel does (required)")
+	fs.StringVar(&id, "identity", "", "SPIFFE ID to request, e.g. spiffe://cluster.local/ns/demo/sa/web (required)")
+	fs.BoolVar(&c.Impersonate, "impersonate", true, "send the identity as ImpersonatedIdentity metadata (ztunnel's shared mode); false asks for the caller's own identity")
+	fs.DurationVar(&c.TTL, "ttl", 24*time.Hour, "requested lifetime (validity_duration)")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
+	fs.StringVar(&c.OutDir, "out-dir", "", "write cert-chain.pem, key.pem and root-cert.pem here")
+	fs.StringVar(&output, "output", "text", "output format: text or json")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := envFallback(fs); err != nil {
+		return c, err
+	}
+	var errs []error
+	var err error
+	if c.Identity, err = spiffeid.FromString(id); err != nil {
+		errs = append(errs, fmt.Errorf("--identity: %w", err))
+	}
+	if c.RootCert == "" || c.TokenFile == "" {
+		errs = append(errs, errors.New("--root-cert and --token-file are required"))
+	}
+	if output != "text" && output != "json" {
+		errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
+	}
+	c.JSON = output == "json"
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return c, nil
+}
+
+func runRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := parseRequestFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	roots, err := pemutil.ReadCertificateBundle(cfg.RootCert)
+	if err != nil {
+		return fmt.Errorf("--root-cert: %w", err)
+	}
+	token, err := os.ReadFile(cfg.TokenFile)
+	if err != nil {
+		return fmt.Errorf("--token-file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	for _, r := range roots {
+		pool.AddCert(r)
+	}
+	client, err := caclient.Dial(caclient.Config{Address: cfg.Addr, Roots: pool, ServerName: cfg.ServerName})
+	if err != nil {
+		return err
+	}
+	defer client.Close()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	res, err := client.CreateCertificate(ctx, caclient.Request{
+		Token: strings.TrimSpace(string(token)), Identity: cfg.Identity, Impersonate: cfg.Impersonate, TTL: cfg.TTL,
+	})
+	if err != nil {
+		if st, ok := status.FromError(err); ok {
+			return fmt.Errorf("request refused: code=%s message=%q", st.Code(), st.Message())
+		}
+		return err
+	}
+	if err := res.Verify(); err != nil {
+		return fmt.Errorf("issued certificate does not verify against the returned roots: %w", err)
+	}
+	if cfg.OutDir != "" {
+		if err := writeResult(cfg.OutDir, res); err != nil {
+			return err
+		}
+	}
+	return printResult(stdout, res, cfg.JSON)
+}
+
+// summary is what `request` prints.
+type summary struct {
+	SPIFFEID  string    `json:"spiffe_id"`
+	Serial    string    `json:"serial"`
+	NotBefore time.Time `json:"not_before"`
+	NotAfter  time.Time `json:"not_after"`
+	Chain     []string  `json:"chain"`
+	Roots     []string  `json:"roots"`
+}
+
+func printResult(w io.Writer, res *caclient.Result, asJSON bool) error {
+	s := summary{SPIFFEID: res.Leaf.URIs[0].String(), Serial: res.Leaf.SerialNumber.Text(16),
+		NotBefore: res.Leaf.NotBefore.UTC(), NotAfter: res.Leaf.NotAfter.UTC()}
+	for _, c := range res.Chain {
+		s.Chain = append(s.Chain, c.Subject.String())
+	}
+	for _, c := range res.Roots {
+		s.Roots = append(s.Roots, c.Subject.String())
+	}
+	if asJSON {
+		return json.NewEncoder(w).Encode(s)
+	}
+	_, err := fmt.Fprintf(w, "spiffe_id:  %s\nserial:     %s\nvalidity:   %s .. %s (%s)\nchain:      leaf -> %s\nroots:      %s\n",
+		s.SPIFFEID, s.Serial, s.NotBefore.Format(time.RFC3339), s.NotAfter.Format(time.RFC3339),
+		s.NotAfter.Sub(s.NotBefore).Round(time.Second), strings.Join(append(s.Chain, "[root bundle]"), " -> "),
+		strings.Join(s.Roots, "; "))
+	return err
+}
+
+// writeResult writes the key (0600), the chain and the roots.
+func writeResult(dir string, res *caclient.Result) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	keyPEM, err := pemutil.Serialize(res.Key, pemutil.WithPKCS8(true))
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(keyPEM), 0o600); err != nil {
+		return err
+	}
+	chain := strings.Join(res.PEM[:len(res.PEM)-1], "")
+	if err := os.WriteFile(filepath.Join(dir, "cert-chain.pem"), []byte(chain), 0o600); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "root-cert.pem"), []byte(res.PEM[len(res.PEM)-1]), 0o600)
+}

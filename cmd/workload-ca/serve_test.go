@@ -1,0 +1,68 @@
+package main
+
+import (
+	"crypto/tls"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workload-ca/workload-ca/authz"
+)
+
+func TestParseServeFlags(t *testing.T) {
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, c serveConfig)
+		wantErr string
+	}{
+		{name: "defaults", args: []string{"--ca-dir", "/ca"}, check: func(t *testing.T, c serveConfig) {
+			if c.ListenAddr != ":15012" || c.TrustDomain.Name() != "cluster.local" || c.DefaultTTL != 24*time.Hour ||
+				c.TLSMinVersion != tls.VersionTLS13 || len(c.NodeAgents) != 1 ||
+				c.NodeAgents[0] != (authz.NodeAgent{Namespace: "istio-system", ServiceAccount: "ztunnel"}) ||
+				strings.Join(c.TokenAudiences, ",") != "istio-ca" {
+				t.Fatalf("defaults = %+v", c)
+			}
+		}},
+		{name: "lists and versions", args: []string{"--ca-dir", "/ca", "--node-agents", "a/b, c/d", "--tls-min-version", "1.2", "--serving-dns-names", "x.svc,y.svc"},
+			check: func(t *testing.T, c serveConfig) {
+				if len(c.NodeAgents) != 2 || c.TLSMinVersion != tls.VersionTLS12 || len(c.ServingDNSNames) != 2 {
+					t.Fatalf("config = %+v", c)
+				}
+			}},
+		{name: "environment fallback", args: []string{"--ca-dir", "/ca"}, env: map[string]string{"WORKLOAD_CA_TRUST_DOMAIN": "example.org", "WORKLOAD_CA_CA_DIR": "/ignored"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.TrustDomain.Name() != "example.org" || c.CADir != "/ca" {
+					t.Fatalf("env fallback: %+v", c)
+				}
+			}},
+		{name: "ca dir required", args: nil, wantErr: "--ca-dir is required"},
+		{name: "bad trust domain", args: []string{"--ca-dir", "/ca", "--trust-domain", "Not A Domain"}, wantErr: "--trust-domain"},
+		{name: "bad node agent", args: []string{"--ca-dir", "/ca", "--node-agents", "ztunnel"}, wantErr: "--node-agents"},
+		{name: "default ttl over max", args: []string{"--ca-dir", "/ca", "--default-ttl", "48h", "--max-ttl", "24h"}, wantErr: "--default-ttl"},
+		{name: "bad tls version", args: []string{"--ca-dir", "/ca", "--tls-min-version", "1.1"}, wantErr: "--tls-min-version"},
+		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
+		{name: "all problems reported at once", args: []string{"--tls-min-version", "1.0", "--log-level", "loud"}, wantErr: "--log-level"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			c, err := parseServeFlags(tt.args, io.Discard)
+			if tt.wantErr != "" {
+				if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseServeFlags() error = %v, want usage error mentioning %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, c)
+		})
+	}
+}
