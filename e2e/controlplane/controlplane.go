@@ -12,6 +12,8 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 )
 
 // EnvBinDir names the environment variable that gives the default BinDir.
@@ -57,7 +59,7 @@ type ControlPlane struct {
 	pki         *pki
 	logFiles    []*os.File
 
-	etcd, apiserver *process
+	etcd, apiserver *proc.Process
 	etcdURL         string
 	host            string
 	restConfig      *rest.Config
@@ -184,7 +186,7 @@ func (c *ControlPlane) Stop() error {
 
 // killAll kills the apiserver and etcd and closes the log files.
 func (c *ControlPlane) killAll() error {
-	err := errors.Join(c.apiserver.kill(10*time.Second), c.etcd.kill(10*time.Second))
+	err := errors.Join(c.apiserver.Kill(10*time.Second), c.etcd.Kill(10*time.Second))
 	for _, f := range c.logFiles {
 		err = errors.Join(err, f.Close())
 	}
@@ -238,4 +240,4 @@ func (c *ControlPlane) WorkDir() string { return c.workDir }
 func (c *ControlPlane) Timings() Timings { return c.timings }
 
 // PIDs returns the process ids of etcd and kube-apiserver.
-func (c *ControlPlane) PIDs() (etcd, apiserver int) { return c.etcd.pid(), c.apiserver.pid() }
+func (c *ControlPlane) PIDs() (etcd, apiserver int) { return c.etcd.Pid(), c.apiserver.Pid() }

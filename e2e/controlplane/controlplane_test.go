@@ -13,6 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 )
 
 const extraPrefix = "authentication.kubernetes.io/"
@@ -44,9 +46,9 @@ func TestSmoke(t *testing.T) {
 		if err := c.Stop(); err != nil {
 			t.Fatal(err)
 		}
-		for _, p := range []*process{c.etcd, c.apiserver} {
-			if !p.exited() {
-				t.Errorf("%s (pid %d) not reaped after Stop", p.name, p.pid())
+		for _, p := range []*proc.Process{c.etcd, c.apiserver} {
+			if !p.Exited() {
+				t.Errorf("%s (pid %d) not reaped after Stop", p.Name(), p.Pid())
 			}
 		}
 	})

@@ -10,10 +10,11 @@
 //
 // We use this harness instead of controller-runtime's envtest for two
 // reasons: the product module should not depend on controller-runtime, and a
-// killed test run must not leave servers behind. Both servers run in their
-// own process group with Pdeathsig=SIGKILL (Linux), set from a goroutine
-// locked to its OS thread for the life of the process, so the servers die
-// with the test binary even when it is SIGKILLed. Stop kills both process
+// killed test run must not leave servers behind. Both servers are started
+// by e2e/internal/proc: their own process group with Pdeathsig=SIGKILL
+// (Linux), set from a goroutine locked to its OS thread for the life of the
+// process, so the servers die with the test binary even when it is
+// SIGKILLed. Stop kills both process
 // groups and waits for them.
 //
 // Choices worth knowing:

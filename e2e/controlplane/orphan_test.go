@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 )
 
 // envOrphanChild, when set to a work dir, makes TestNoOrphansAfterSIGKILL
@@ -37,7 +39,7 @@ func TestNoOrphansAfterSIGKILL(t *testing.T) {
 
 	cmd := exec.Command(os.Args[0], "-test.run=^TestNoOrphansAfterSIGKILL$", "-test.v=false")
 	cmd.Env = append(os.Environ(), envOrphanChild+"="+t.TempDir())
-	cmd.SysProcAttr = sysProcAttr()
+	cmd.SysProcAttr = proc.SysProcAttr()
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.StdoutPipe()
@@ -55,7 +57,7 @@ func TestNoOrphansAfterSIGKILL(t *testing.T) {
 	}
 	t.Cleanup(func() { killLeftovers(pids) })
 	for _, pid := range pids {
-		if processGone(pid) {
+		if proc.Gone(pid) {
 			t.Fatalf("pid %d not running before the kill", pid)
 		}
 	}
@@ -91,7 +93,7 @@ func TestSurvivesExitOfStartingThread(t *testing.T) {
 	time.Sleep(time.Second)
 	etcd, apiserver := c.PIDs()
 	for _, pid := range []int{etcd, apiserver} {
-		if processGone(pid) {
+		if proc.Gone(pid) {
 			t.Fatalf("pid %d died with the thread that called Start", pid)
 		}
 	}
@@ -174,35 +176,19 @@ func readPIDs(r io.Reader, timeout time.Duration) ([]int, error) {
 	}
 }
 
-// processGone reports whether pid no longer runs; a zombie counts as gone,
-// since whoever inherited it may not reap promptly.
-func processGone(pid int) bool {
-	if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-		return true
-	}
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return os.IsNotExist(err)
-	}
-	// Format: pid (comm) state ...; comm may contain spaces.
-	s := string(stat)
-	i := strings.LastIndexByte(s, ')')
-	return i > 0 && len(s) > i+2 && s[i+2] == 'Z'
-}
-
 func waitGone(pid int, timeout time.Duration) bool {
 	for deadline := time.Now().Add(timeout); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
-		if processGone(pid) {
+		if proc.Gone(pid) {
 			return true
 		}
 	}
-	return processGone(pid)
+	return proc.Gone(pid)
 }
 
 // killLeftovers kills the servers the child started if they survived.
 func killLeftovers(pids []int) {
 	for _, pid := range pids {
-		if !processGone(pid) {
+		if !proc.Gone(pid) {
 			_ = syscall.Kill(-pid, syscall.SIGKILL)
 		}
 	}

@@ -14,11 +14,13 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 )
 
 // startEtcd starts etcd on fresh loopback ports and waits for /health.
 func (c *ControlPlane) startEtcd(ctx context.Context) error {
-	ports, err := freePorts(2)
+	ports, err := proc.FreePorts(2)
 	if err != nil {
 		return err
 	}
@@ -74,7 +76,7 @@ func etcdHealthy(ctx context.Context, url string) error {
 
 // startAPIServer starts kube-apiserver on a fresh port and waits for /readyz.
 func (c *ControlPlane) startAPIServer(ctx context.Context) error {
-	ports, err := freePorts(1)
+	ports, err := proc.FreePorts(1)
 	if err != nil {
 		return err
 	}
@@ -130,13 +132,13 @@ func flagArgs(base, extra map[string]string) []string {
 	return args
 }
 
-func (c *ControlPlane) startServer(name string, args []string) (*process, error) {
+func (c *ControlPlane) startServer(name string, args []string) (*proc.Process, error) {
 	stdout, stderr, err := c.logWriters(name)
 	if err != nil {
 		return nil, err
 	}
-	env := childEnv(filepath.Join(c.workDir, "tmp"))
-	return startProcess(name, filepath.Join(c.opts.BinDir, name), args, env, stdout, stderr)
+	env := proc.Environ("TMPDIR=" + filepath.Join(c.workDir, "tmp"))
+	return proc.Start(name, filepath.Join(c.opts.BinDir, name), args, env, stdout, stderr)
 }
 
 // makeClient builds the admin config and clientset for c.host.
@@ -166,7 +168,7 @@ func (c *ControlPlane) readyz(ctx context.Context) error {
 }
 
 // waitFor polls check until it succeeds, p exits, or timeout or ctx ends.
-func waitFor(ctx context.Context, p *process, timeout time.Duration, check func(context.Context) error) error {
+func waitFor(ctx context.Context, p *proc.Process, timeout time.Duration, check func(context.Context) error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	tick := time.NewTicker(100 * time.Millisecond)
@@ -179,10 +181,10 @@ func waitFor(ctx context.Context, p *process, timeout time.Duration, check func(
 			return nil
 		}
 		select {
-		case <-p.done:
-			return p.exitError()
+		case <-p.Done():
+			return exitError(p)
 		case <-ctx.Done():
-			return fmt.Errorf("%s not ready after %v: %w; last output:\n%s", p.name, timeout, err, p.tail.String())
+			return fmt.Errorf("%s not ready after %v: %w; last output:\n%s", p.Name(), timeout, err, p.Tail())
 		case <-tick.C:
 		}
 	}

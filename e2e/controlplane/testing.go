@@ -3,14 +3,26 @@ package controlplane
 import (
 	"context"
 	"os"
-	"testing"
 )
+
+// TB is the part of testing.TB that StartForTest uses. It is an interface
+// of our own so that importing this package (as the demo does) does not
+// link the testing package into a program.
+type TB interface {
+	Helper()
+	Skipf(format string, args ...any)
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Logf(format string, args ...any)
+	Cleanup(func())
+	Failed() bool
+}
 
 // StartForTest starts a control plane for t and stops it in t.Cleanup. It
 // skips t when neither opts.BinDir nor $WORKLOAD_CA_CONTROLPLANE_BIN names
 // the binaries. If t fails, a temporary work dir is kept and its path
 // (logs, audit log, kubeconfig) is logged.
-func StartForTest(t testing.TB, opts Options) *ControlPlane {
+func StartForTest(t TB, opts Options) *ControlPlane {
 	t.Helper()
 	if opts.BinDir == "" && os.Getenv(EnvBinDir) == "" {
 		t.Skipf("%s is unset: set it to the directory holding etcd and kube-apiserver "+
@@ -19,7 +31,7 @@ func StartForTest(t testing.TB, opts Options) *ControlPlane {
 	if opts.WorkDir == "" {
 		dir, err := os.MkdirTemp("", "workload-ca-controlplane-")
 		if err != nil {
-			t.Fatal(err)
+			t.Fatalf("control plane work dir: %v", err)
 		}
 		opts.WorkDir = dir
 	}

@@ -1,0 +1,293 @@
+package cahost
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+
+	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
+	"github.com/workload-ca/workload-ca/proto/capb"
+)
+
+// EnvBinary names the environment variable that gives the default Binary.
+const EnvBinary = "WORKLOAD_CA_BINARY"
+
+// ServerName is the DNS name of the CA's serving certificate, which clients
+// verify (the CA listens on 127.0.0.1).
+const ServerName = "localhost"
+
+// Options configures Start.
+type Options struct {
+	// Binary is the workload-ca executable. Default: $WORKLOAD_CA_BINARY.
+	Binary string
+	// Kubeconfig gives the CA its Kubernetes API access (required).
+	Kubeconfig string
+	// WorkDir receives the CA directory (ca/), the log (workload-ca.log)
+	// and token files of Request. Default: a new temporary directory,
+	// removed by Stop unless KeepWorkDir. A given WorkDir is never removed.
+	WorkDir string
+	// KeepWorkDir keeps a temporary WorkDir after Stop.
+	KeepWorkDir bool
+	// ExtraArgs are appended to the serve command line (later flags win).
+	ExtraArgs []string
+	// Log, if set, also receives the CA's output (JSON log lines).
+	Log io.Writer
+	// ReadyTimeout bounds the wait for SERVING. Default 30s.
+	ReadyTimeout time.Duration
+}
+
+// CA is a running `workload-ca serve`.
+type CA struct {
+	opts        Options
+	workDir     string
+	ownsWorkDir bool
+	addr        string
+	logFile     *os.File
+	proc        *proc.Process
+	startup     time.Duration
+
+	stopOnce sync.Once
+	stopErr  error
+}
+
+// Start starts the CA and waits until its health service reports SERVING.
+// ctx bounds start-up only. On error nothing is left running.
+func Start(ctx context.Context, opts Options) (*CA, error) {
+	c := &CA{opts: opts}
+	if err := c.prepare(); err != nil {
+		return nil, err
+	}
+	var err error
+	for range 3 { // a port picked free may be taken before the CA binds it
+		if err = c.start(ctx); !errors.Is(err, errAddrInUse) {
+			break
+		}
+	}
+	if err != nil {
+		_ = c.proc.Kill(10 * time.Second)
+		_ = c.logFile.Close()
+		return nil, fmt.Errorf("workload-ca (work dir %s): %w", c.workDir, err)
+	}
+	return c, nil
+}
+
+// prepare applies defaults and creates the work dir and the log file.
+func (c *CA) prepare() error {
+	if c.opts.Binary == "" {
+		c.opts.Binary = os.Getenv(EnvBinary)
+	}
+	if c.opts.Binary == "" {
+		return fmt.Errorf("cahost: no Binary and %s is unset (make build writes bin/workload-ca)", EnvBinary)
+	}
+	if _, err := os.Stat(c.opts.Binary); err != nil {
+		return fmt.Errorf("cahost: %w", err)
+	}
+	if c.opts.Kubeconfig == "" {
+		return errors.New("cahost: Kubeconfig is required")
+	}
+	if c.opts.ReadyTimeout == 0 {
+		c.opts.ReadyTimeout = 30 * time.Second
+	}
+	c.workDir = c.opts.WorkDir
+	if c.workDir == "" {
+		dir, err := os.MkdirTemp("", "workload-ca-host-")
+		if err != nil {
+			return fmt.Errorf("cahost: %w", err)
+		}
+		c.workDir, c.ownsWorkDir = dir, true
+	}
+	for _, dir := range []string{c.CADir(), c.tokenDir()} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("cahost: %w", err)
+		}
+	}
+	var err error
+	c.logFile, err = os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	if err != nil {
+		return fmt.Errorf("cahost: %w", err)
+	}
+	return nil
+}
+
+// start runs the binary on a fresh port and waits until it serves.
+func (c *CA) start(ctx context.Context) error {
+	ports, err := proc.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	c.addr = "127.0.0.1:" + strconv.Itoa(ports[0])
+	args := append([]string{"serve",
+		"--listen-addr", c.addr,
+		"--ca-dir", c.CADir(),
+		"--kubeconfig", c.opts.Kubeconfig,
+		"--serving-dns-names", ServerName,
+		"--log-level", "debug",
+	}, c.opts.ExtraArgs...)
+	var out io.Writer = c.logFile
+	if c.opts.Log != nil {
+		out = io.MultiWriter(c.logFile, c.opts.Log)
+	}
+	began := time.Now()
+	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, childEnv(), out, out); err != nil {
+		return err
+	}
+	if err := c.waitServing(ctx); err != nil {
+		return err
+	}
+	c.startup = time.Since(began)
+	return nil
+}
+
+// errAddrInUse reports that the CA could not bind its port.
+var errAddrInUse = errors.New("address already in use")
+
+// waitServing polls the health service every 50ms until it reports SERVING,
+// the CA exits, or ReadyTimeout or ctx ends.
+func (c *CA) waitServing(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
+	defer cancel()
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		err := c.healthy(ctx)
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-c.proc.Done():
+			_ = c.proc.Kill(time.Second) // reap done; nothing left to kill
+			out := c.proc.Tail()
+			exitErr := fmt.Errorf("%w during start-up; last output:\n%s", c.proc.ExitError(), out)
+			if strings.Contains(out, "address already in use") {
+				return fmt.Errorf("%w: %w", errAddrInUse, exitErr)
+			}
+			return exitErr
+		case <-ctx.Done():
+			_ = c.proc.Kill(10 * time.Second)
+			return fmt.Errorf("workload-ca not SERVING after %v: %w; last output:\n%s", c.opts.ReadyTimeout, err, c.proc.Tail())
+		case <-tick.C:
+		}
+	}
+}
+
+// healthy asks the health service for the certificate service's status
+// over a fresh connection (a failed connection would otherwise sit in
+// gRPC's reconnect backoff and skew the measured start-up time).
+func (c *CA) healthy(ctx context.Context) error {
+	roots, err := c.Roots()
+	if err != nil {
+		return err // the CA writes its root on start-up
+	}
+	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: roots, ServerName: ServerName}
+	conn, err := grpc.NewClient(c.addr, grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	resp, err := healthpb.NewHealthClient(conn).Check(ctx, &healthpb.HealthCheckRequest{
+		Service: capb.IstioCertificateService_ServiceDesc.ServiceName,
+	})
+	if err != nil {
+		return err
+	}
+	if s := resp.GetStatus(); s != healthpb.HealthCheckResponse_SERVING {
+		return fmt.Errorf("health: %s", s)
+	}
+	return nil
+}
+
+// childEnv is our environment without WORKLOAD_CA_* variables, which the
+// binary would read as flag values: the command lines here say it all.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "WORKLOAD_CA_") {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// Stop sends SIGTERM, waits for a graceful exit (the CA's grace period is
+// 15s), kills the process if it is still running, and removes a temporary
+// work dir. It reports a non-zero exit status. Safe to call more than once.
+func (c *CA) Stop() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = errors.Join(c.proc.Terminate(20*time.Second), c.logFile.Close())
+		if c.stopErr == nil && c.ownsWorkDir && !c.opts.KeepWorkDir {
+			c.stopErr = os.RemoveAll(c.workDir)
+		}
+	})
+	return c.stopErr
+}
+
+// Addr returns the CA's gRPC address, 127.0.0.1:<port>.
+func (c *CA) Addr() string { return c.addr }
+
+// CADir returns the CA directory (root-cert.pem and the CA key live here).
+func (c *CA) CADir() string { return filepath.Join(c.workDir, "ca") }
+
+// RootCertPath returns the PEM file of the roots that verify the CA.
+func (c *CA) RootCertPath() string { return filepath.Join(c.CADir(), "root-cert.pem") }
+
+// Roots reads RootCertPath into a pool.
+func (c *CA) Roots() (*x509.CertPool, error) {
+	pemBytes, err := os.ReadFile(c.RootCertPath())
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(pemBytes) {
+		return nil, fmt.Errorf("%s: no certificate", c.RootCertPath())
+	}
+	return pool, nil
+}
+
+// ClientConfig returns a caclient configuration for this CA, for checks
+// that need the certificates themselves.
+func (c *CA) ClientConfig() (caclient.Config, error) {
+	roots, err := c.Roots()
+	return caclient.Config{Address: c.addr, Roots: roots, ServerName: ServerName}, err
+}
+
+// LogPath returns the CA's log file.
+func (c *CA) LogPath() string { return filepath.Join(c.workDir, "workload-ca.log") }
+
+// Logs returns everything the CA has logged so far.
+func (c *CA) Logs() string {
+	b, err := os.ReadFile(c.LogPath())
+	if err != nil {
+		return fmt.Sprintf("(reading %s: %v)", c.LogPath(), err)
+	}
+	return string(b)
+}
+
+// WorkDir returns the work directory.
+func (c *CA) WorkDir() string { return c.workDir }
+
+// Pid returns the CA's process id.
+func (c *CA) Pid() int { return c.proc.Pid() }
+
+// StartupTime is how long the last start took, from exec to SERVING.
+func (c *CA) StartupTime() time.Duration { return c.startup }
+
+// Binary returns the workload-ca executable in use.
+func (c *CA) Binary() string { return c.opts.Binary }
+
+func (c *CA) tokenDir() string { return filepath.Join(c.workDir, "tokens") }
