@@ -153,6 +153,28 @@ func TestPodGoneReReviews(t *testing.T) {
 	}
 }
 
+// The apiserver caches successful token checks for seconds, so it may still
+// accept the token of a pod deleted a moment ago: the pod check must reject
+// it on a fresh review, and cache the rejection.
+func TestPodGoneRejectedEvenWhenTheAPIAccepts(t *testing.T) {
+	pods := &podSet{uids: map[string]bool{"uid-web-0": true}}
+	f := newCacheFixture(t, always(webPod()), Config{Pods: pods})
+	token := tokenExpiringAt(t, testEpoch().Add(time.Hour))
+	if _, err := f.authenticate(t, token, 1); err != nil {
+		t.Fatalf("while the pod exists: %v", err)
+	}
+	pods.remove("uid-web-0")
+	if _, err := f.authenticate(t, token, 2); !errors.Is(err, authz.ErrUnauthenticated) {
+		t.Fatalf("after pod deletion: error = %v, want ErrUnauthenticated", err)
+	}
+	if _, err := f.authenticate(t, token, 2); !errors.Is(err, authz.ErrUnauthenticated) {
+		t.Fatalf("rejection not cached: error = %v", err)
+	}
+	if f.obs.results[ResultPodGone] != 1 {
+		t.Fatalf("observer results = %v, want one %s", f.obs.results, ResultPodGone)
+	}
+}
+
 func TestPodCheckerIgnoredForUnboundTokens(t *testing.T) {
 	st := webPod()
 	st.User.Extra = nil

@@ -1,6 +1,7 @@
 package tokenreview
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"sync"
@@ -12,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/workload-ca/workload-ca/authz"
 )
 
 func testEpoch() time.Time { return time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC) }
@@ -142,6 +145,13 @@ func (p *podSet) HasPod(uid string) bool {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	return p.uids[uid]
+}
+
+func (p *podSet) Pod(_ context.Context, _, _, uid string) (authz.PodInfo, bool, error) {
+	if !p.HasPod(uid) {
+		return authz.PodInfo{}, false, nil
+	}
+	return authz.PodInfo{UID: uid}, true, nil
 }
 
 func (p *podSet) remove(uid string) {

@@ -19,6 +19,7 @@ const (
 	ResultAudienceMismatch  = "audience-mismatch"
 	ResultNotServiceAccount = "not-service-account"
 	ResultInvalidUserInfo   = "invalid-user-info"
+	ResultPodGone           = "pod-gone"
 	ResultError             = "error"
 )
 

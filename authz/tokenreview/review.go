@@ -35,8 +35,28 @@ func (r *Reviewer) review(ctx context.Context, token string) (c authz.Caller, re
 	if err != nil {
 		return authz.Caller{}, result, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
 	}
+	if result, err := r.checkPod(ctx, c); err != nil {
+		return authz.Caller{}, result, err
+	}
 	c.ExpiresAt, _ = tokenExpiry(token)
 	return c, ResultAuthenticated, nil
+}
+
+// checkPod rejects a pod-bound token whose pod no longer exists, which the
+// apiserver's own cache of successful token checks can hide for seconds.
+func (r *Reviewer) checkPod(ctx context.Context, c authz.Caller) (string, error) {
+	if c.PodUID == "" || r.pods == nil {
+		return ResultAuthenticated, nil
+	}
+	_, found, err := r.pods.Pod(ctx, c.Namespace, c.PodName, c.PodUID)
+	switch {
+	case err != nil:
+		return ResultError, fmt.Errorf("%w: checking the token's pod %s/%s: %w", authz.ErrUnavailable, c.Namespace, c.PodName, err)
+	case !found:
+		return ResultPodGone, fmt.Errorf("%w: the token's pod %s/%s (uid %s) no longer exists",
+			authz.ErrUnauthenticated, c.Namespace, c.PodName, c.PodUID)
+	}
+	return ResultAuthenticated, nil
 }
 
 // callerFromStatus checks a TokenReview status and extracts the caller.

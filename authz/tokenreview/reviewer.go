@@ -26,12 +26,20 @@ const (
 	DefaultReviewTimeout = 10 * time.Second
 )
 
-// PodChecker reports whether a pod still exists, typically from a local
-// informer index. A false answer for a live pod (informer lag) only costs
-// one more TokenReview; it never denies on its own.
+// PodChecker tells whether the pod a token is bound to still exists.
+//
+// The apiserver keeps accepting a deleted pod's token for a few seconds (it
+// caches successful token checks), so a fresh review alone does not prove
+// the pod is alive.
 type PodChecker interface {
-	// HasPod reports whether a live pod with this UID exists.
+	// HasPod reports whether the local index holds a live pod with this
+	// UID. It is consulted on every cache hit, so it must be cheap; a false
+	// answer for a live pod (informer lag) only costs one more review.
 	HasPod(uid string) bool
+	// Pod answers from the index and, on a miss, from a bounded live
+	// lookup; it is consulted after every positive review of a pod-bound
+	// token.
+	Pod(ctx context.Context, namespace, name, uid string) (authz.PodInfo, bool, error)
 }
 
 // Config configures a Reviewer. Zero fields take the defaults.
@@ -50,7 +58,8 @@ type Config struct {
 	CacheSize int
 	// ReviewTimeout bounds one API call, even for requests without a deadline.
 	ReviewTimeout time.Duration
-	// Pods, if set, evicts cached pod-bound results whose pod is gone.
+	// Pods, if set, rejects pod-bound tokens whose pod is gone and evicts
+	// their cached results.
 	Pods PodChecker
 	// Observer, if set, receives cache and review counters.
 	Observer Observer

@@ -37,6 +37,8 @@ type serveConfig struct {
 	ServingTTL      time.Duration
 	TLSMinVersion   uint16
 	Kubeconfig      string
+	KubeQPS         float64
+	KubeBurst       int
 	TokenAudiences  []string
 	TokenCacheTTL   time.Duration
 	NodeAgents      []authz.NodeAgent
@@ -64,6 +66,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.ServingTTL, "serving-ttl", 24*time.Hour, "lifetime of the serving certificate; renewed after two thirds")
 	fs.StringVar(&tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
+	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 50, "sustained rate of Kubernetes API requests (TokenReviews, pod lookups)")
+	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests")
 	fs.Var(&audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
@@ -113,6 +117,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel string, agents []string) error
 	if len(c.ServingDNSNames) == 0 || c.ServingTTL <= 0 {
 		errs = append(errs, errors.New("--serving-dns-names and a positive --serving-ttl are required"))
 	}
+	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
+		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
+	}
 	if len(c.TokenAudiences) == 0 {
 		errs = append(errs, errors.New("--token-audiences must name at least one audience"))
 	}
@@ -136,7 +143,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 
 // serve wires the CA and runs it until ctx ends.
 func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
-	kube, err := kubeClient(cfg.Kubeconfig)
+	kube, err := kubeClient(cfg)
 	if err != nil {
 		return err
 	}
@@ -212,14 +219,17 @@ func loadAuthority(cfg serveConfig, log *slog.Logger) (*ca.Authority, error) {
 	return a, nil
 }
 
-// kubeClient builds a client from a kubeconfig file, or in-cluster.
-func kubeClient(kubeconfig string) (kubernetes.Interface, error) {
+// kubeClient builds a client from a kubeconfig file, or in-cluster. Its
+// rate limit is ours to set: client-go's default (5/s) would throttle
+// TokenReviews during a cold-start storm.
+func kubeClient(cfg serveConfig) (kubernetes.Interface, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
+	rules.ExplicitPath = cfg.Kubeconfig
 	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	restCfg.UserAgent = "workload-ca/" + version
+	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
 	return kubernetes.NewForConfig(restCfg)
 }
