@@ -189,8 +189,8 @@ func TestCacheSizeBound(t *testing.T) {
 	tokens := make([]string, 3)
 	for i := range tokens {
 		tokens[i] = tokenExpiringAt(t, testEpoch().Add(time.Duration(i+1)*time.Hour))
-		f.authenticate(t, tokens[i], int32(i+1))
+		_, _ = f.authenticate(t, tokens[i], int32(i+1))
 	}
-	f.authenticate(t, tokens[2], 3) // most recent: cached
-	f.authenticate(t, tokens[0], 4) // least recent: evicted
+	_, _ = f.authenticate(t, tokens[2], 3) // most recent: cached
+	_, _ = f.authenticate(t, tokens[0], 4) // least recent: evicted
 }

@@ -1,0 +1,171 @@
+package trustbundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	certv1 "k8s.io/api/certificates/v1"
+	certv1beta1 "k8s.io/api/certificates/v1beta1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+// ErrNotServed is returned by Run when the apiserver serves neither
+// certificates.k8s.io/v1 nor v1beta1 ClusterTrustBundles (before 1.33, or
+// 1.33-1.36 without the beta API and feature gate enabled).
+var ErrNotServed = errors.New("ClusterTrustBundles are not served")
+
+// bundleAPI is one served version of the ClusterTrustBundle API. The rest
+// of the package works with v1 objects; the v1beta1 adapter converts (the
+// two versions have the same fields).
+type bundleAPI struct {
+	version    string
+	objectType runtime.Object
+	list       func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	watch      func(context.Context, metav1.ListOptions) (watch.Interface, error)
+	get        func(context.Context, string) (*certv1.ClusterTrustBundle, error)
+	create     func(context.Context, *certv1.ClusterTrustBundle) error
+	update     func(context.Context, *certv1.ClusterTrustBundle) error
+	delete     func(context.Context, string, metav1.DeleteOptions) error
+	// client tells the reflector whether watch-list streaming works (not
+	// with the fake clientset).
+	client kubernetes.Interface
+}
+
+// detectAPI picks v1 if the apiserver serves it, else v1beta1.
+func detectAPI(ctx context.Context, client kubernetes.Interface) (*bundleAPI, error) {
+	d := client.Discovery()
+	for _, gv := range []string{certv1.SchemeGroupVersion.String(), certv1beta1.SchemeGroupVersion.String()} {
+		ok, err := servesBundles(ctx, d, gv)
+		if err != nil {
+			return nil, fmt.Errorf("trustbundle: discovery of %s: %w", gv, err)
+		}
+		if !ok {
+			continue
+		}
+		if gv == certv1.SchemeGroupVersion.String() {
+			return v1API(client), nil
+		}
+		return v1beta1API(client), nil
+	}
+	return nil, fmt.Errorf("trustbundle: %w: the apiserver serves neither certificates.k8s.io/v1 nor v1beta1 clustertrustbundles", ErrNotServed)
+}
+
+func servesBundles(ctx context.Context, d discovery.DiscoveryInterfaces, gv string) (bool, error) {
+	list, err := d.ServerResourcesForGroupVersionWithContext(ctx, gv)
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, r := range list.APIResources {
+		if r.Name == "clustertrustbundles" {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+func v1API(client kubernetes.Interface) *bundleAPI {
+	c := client.CertificatesV1().ClusterTrustBundles()
+	return &bundleAPI{
+		version:    "v1",
+		objectType: &certv1.ClusterTrustBundle{},
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, o)
+		},
+		watch: c.Watch,
+		get: func(ctx context.Context, name string) (*certv1.ClusterTrustBundle, error) {
+			return c.Get(ctx, name, metav1.GetOptions{})
+		},
+		create: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
+			_, err := c.Create(ctx, b, metav1.CreateOptions{})
+			return err
+		},
+		update: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
+			_, err := c.Update(ctx, b, metav1.UpdateOptions{})
+			return err
+		},
+		delete: c.Delete,
+		client: client,
+	}
+}
+
+func v1beta1API(client kubernetes.Interface) *bundleAPI {
+	c := client.CertificatesV1beta1().ClusterTrustBundles()
+	return &bundleAPI{
+		version:    "v1beta1",
+		objectType: &certv1beta1.ClusterTrustBundle{},
+		list: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			return c.List(ctx, o)
+		},
+		watch: c.Watch,
+		get: func(ctx context.Context, name string) (*certv1.ClusterTrustBundle, error) {
+			b, err := c.Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return nil, err
+			}
+			return fromV1beta1(b), nil
+		},
+		create: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
+			_, err := c.Create(ctx, toV1beta1(b), metav1.CreateOptions{})
+			return err
+		},
+		update: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
+			_, err := c.Update(ctx, toV1beta1(b), metav1.UpdateOptions{})
+			return err
+		},
+		delete: c.Delete,
+		client: client,
+	}
+}
+
+// listWatch lists and watches the bundles matching fieldSelector.
+func (a *bundleAPI) listWatch(fieldSelector string) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return a.list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return a.watch(ctx, o)
+		},
+	}, a.client)
+}
+
+// toV1Transform is the informers' transform: it stores every bundle as a
+// v1 object without managed fields. It is idempotent, as informers require.
+func toV1Transform(obj any) (any, error) {
+	switch b := obj.(type) {
+	case *certv1.ClusterTrustBundle:
+		b.ManagedFields = nil
+		return b, nil
+	case *certv1beta1.ClusterTrustBundle:
+		out := fromV1beta1(b)
+		out.ManagedFields = nil
+		return out, nil
+	}
+	return obj, nil // e.g. cache.DeletedFinalStateUnknown
+}
+
+func fromV1beta1(b *certv1beta1.ClusterTrustBundle) *certv1.ClusterTrustBundle {
+	return &certv1.ClusterTrustBundle{
+		ObjectMeta: b.ObjectMeta,
+		Spec:       certv1.ClusterTrustBundleSpec{SignerName: b.Spec.SignerName, TrustBundle: b.Spec.TrustBundle},
+	}
+}
+
+func toV1beta1(b *certv1.ClusterTrustBundle) *certv1beta1.ClusterTrustBundle {
+	return &certv1beta1.ClusterTrustBundle{
+		ObjectMeta: b.ObjectMeta,
+		Spec:       certv1beta1.ClusterTrustBundleSpec{SignerName: b.Spec.SignerName, TrustBundle: b.Spec.TrustBundle},
+	}
+}

@@ -1,0 +1,130 @@
+package trustbundle
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// Signer and bundle names.
+const (
+	// DefaultSignerName is the signer our bundles are linked to by default.
+	DefaultSignerName = "workload-ca.io/spiffe"
+	// IstioSignerName and IstioBundleName are what Istio's charts mount.
+	IstioSignerName = "istio.io/istiod-ca"
+	IstioBundleName = "istio.io:istiod-ca:root-cert"
+)
+
+// Labels on every bundle we publish; both must match for a bundle to be ours.
+const (
+	LabelManagedBy   = "app.kubernetes.io/managed-by"
+	ManagedBy        = "workload-ca"
+	LabelTrustDomain = "workload-ca.io/trust-domain"
+)
+
+// maxBundleSize is the apiserver's limit on spec.trustBundle.
+const maxBundleSize = 1 << 20
+
+// hashBytes is how many bytes of SHA-256 name a content-addressed bundle.
+const hashBytes = 8
+
+// ErrInvalidRoots is wrapped when the roots cannot be published: none, one
+// that is not a CA certificate, or too many for one bundle. Nothing is
+// changed in the cluster then; existing bundles stay.
+var ErrInvalidRoots = errors.New("roots cannot be published")
+
+// bundleContent returns roots as ClusterTrustBundle content: PEM blocks
+// without headers, duplicates removed, ordered by NotBefore then DER so
+// that the same set of roots always yields the same string (and name).
+func bundleContent(roots []*x509.Certificate) (string, error) {
+	certs := slices.DeleteFunc(slices.Clone(roots), func(c *x509.Certificate) bool { return c == nil })
+	slices.SortFunc(certs, func(a, b *x509.Certificate) int {
+		if c := a.NotBefore.Compare(b.NotBefore); c != 0 {
+			return c
+		}
+		return bytes.Compare(a.Raw, b.Raw)
+	})
+	certs = slices.CompactFunc(certs, func(a, b *x509.Certificate) bool { return bytes.Equal(a.Raw, b.Raw) })
+	if len(certs) == 0 {
+		return "", fmt.Errorf("%w: no roots", ErrInvalidRoots)
+	}
+	var b strings.Builder
+	for _, c := range certs {
+		if !c.IsCA || !c.BasicConstraintsValid {
+			return "", fmt.Errorf("%w: root %q is not a CA certificate", ErrInvalidRoots, c.Subject)
+		}
+		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}) // a Builder never fails
+	}
+	if b.Len() > maxBundleSize {
+		return "", fmt.Errorf("%w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, b.Len(), maxBundleSize)
+	}
+	return b.String(), nil
+}
+
+// target is one signer we publish for, and how its bundle is named.
+type target struct {
+	signer string
+	// fixedName, when set, is the bundle's name, updated in place;
+	// otherwise the name is derived from the content.
+	fixedName string
+}
+
+// name returns the name of the bundle holding content.
+func (t target) name(content string) string {
+	if t.fixedName != "" {
+		return t.fixedName
+	}
+	sum := sha256.Sum256([]byte(content))
+	return signerPrefix(t.signer) + hex.EncodeToString(sum[:hashBytes])
+}
+
+// signerPrefix is the name prefix the apiserver requires of bundles linked
+// to signer.
+func signerPrefix(signer string) string {
+	return strings.ReplaceAll(signer, "/", ":") + ":"
+}
+
+// ownLabels returns the labels of our bundles in trust domain td.
+func ownLabels(td spiffeid.TrustDomain) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: td.Name()}
+}
+
+// hasLabels reports whether have holds every label in want, with its value.
+func hasLabels(have, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := have[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}
+
+// validateSignerName checks the form the apiserver requires,
+// "<DNS domain with a dot>/<path>", and reports errors in our terms.
+func validateSignerName(s string) error {
+	domain, path, ok := strings.Cut(s, "/")
+	switch {
+	case !ok || strings.Contains(path, "/"):
+		return fmt.Errorf("signer name %q: want exactly one '/', as in example.com/signer", s)
+	case !strings.Contains(domain, "."):
+		return fmt.Errorf("signer name %q: domain %q needs at least one dot", s, domain)
+	}
+	if errs := validation.IsDNS1123Subdomain(domain); len(errs) > 0 {
+		return fmt.Errorf("signer name %q: domain: %s", s, strings.Join(errs, "; "))
+	}
+	for seg := range strings.SplitSeq(path, ".") {
+		if errs := validation.IsDNS1123Subdomain(seg); len(errs) > 0 {
+			return fmt.Errorf("signer name %q: path: %s", s, strings.Join(errs, "; "))
+		}
+	}
+	return nil
+}

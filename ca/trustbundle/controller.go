@@ -1,0 +1,242 @@
+package trustbundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/go-logr/logr"
+	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// run is the state of one Run: an informer and store per signer, and the
+// workqueue, keyed by signer name.
+type run struct {
+	p         *Publisher
+	api       *bundleAPI
+	queue     workqueue.TypedRateLimitingInterface[string]
+	stores    map[string]cache.Store // by signer
+	informers []cache.Controller
+}
+
+func newRun(p *Publisher, api *bundleAPI) *run {
+	r := &run{
+		p:      p,
+		api:    api,
+		stores: make(map[string]cache.Store, len(p.targets)),
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: p.clock}),
+	}
+	logger := logr.FromSlogHandler(p.log.Handler())
+	for signer := range p.targets {
+		// spec.signerName is a supported field selector in every served
+		// version of the API, and immutable, so no bundle of ours leaves
+		// the selection while it exists.
+		store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+			ListerWatcher: api.listWatch(fields.OneTermEqualSelector("spec.signerName", signer).String()),
+			ObjectType:    api.objectType,
+			Handler:       enqueueOn(r.queue, signer),
+			Transform:     toV1Transform,
+			Logger:        &logger,
+		})
+		r.stores[signer] = store
+		r.informers = append(r.informers, informer)
+	}
+	return r
+}
+
+// enqueueOn reconciles signer on any event: someone created, edited or
+// deleted one of its bundles (our own writes come back too, and find
+// nothing to do).
+func enqueueOn(q workqueue.TypedInterface[string], signer string) cache.ResourceEventHandler {
+	add := func(any) { q.Add(signer) }
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		UpdateFunc: func(_, _ any) { q.Add(signer) },
+		DeleteFunc: add,
+	}
+}
+
+// run starts the informers, waits for their caches, then reconciles from
+// the queue until ctx ends.
+func (r *run) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer r.queue.ShutDown() // runs before wg.Wait: stops the worker
+	synced := make([]cache.InformerSynced, 0, len(r.informers))
+	for _, inf := range r.informers {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	r.p.enqueueAll(r.queue)
+	wg.Go(func() { r.resyncLoop(ctx) })
+	wg.Go(func() {
+		for r.processNext(ctx) {
+		}
+	})
+	<-ctx.Done()
+}
+
+func (r *run) resyncLoop(ctx context.Context) {
+	t := r.p.clock.NewTicker(r.p.resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			r.p.enqueueAll(r.queue)
+		}
+	}
+}
+
+// processNext reconciles one signer; it returns false when the queue is
+// shut down.
+func (r *run) processNext(ctx context.Context) bool {
+	signer, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(signer)
+	result, err := r.reconcile(ctx, signer)
+	if ctx.Err() != nil {
+		return true // shutting down: neither a result nor a retry
+	}
+	r.p.obs.Published(result)
+	if err != nil {
+		r.p.log.ErrorContext(ctx, "publishing ClusterTrustBundle failed, will retry",
+			"signer", signer, "retries", r.queue.NumRequeues(signer), "error", err)
+		r.queue.AddRateLimited(signer)
+		return true
+	}
+	r.queue.Forget(signer)
+	return true
+}
+
+// reconcile converges signer's bundles: the desired bundle exists with the
+// current roots and our labels, and no other bundle of the signer that we
+// own remains. The desired bundle is written before anything is deleted.
+func (r *run) reconcile(ctx context.Context, signer string) (string, error) {
+	t, ok := r.p.targets[signer]
+	if !ok {
+		return ResultError, fmt.Errorf("unknown signer %q", signer)
+	}
+	content, err := bundleContent(r.p.roots())
+	if err != nil {
+		return ResultError, err
+	}
+	name := t.name(content)
+	result, err := r.ensure(ctx, t, name, content)
+	if err != nil {
+		return ResultError, err
+	}
+	if err := r.deleteStale(ctx, t, name); err != nil {
+		return ResultError, err
+	}
+	return result, nil
+}
+
+// ensure creates bundle name, or updates it if its content or our labels
+// differ. Labels others added are kept.
+func (r *run) ensure(ctx context.Context, t target, name, content string) (string, error) {
+	cur, err := r.get(t.signer, name)
+	if err != nil {
+		return ResultError, err
+	}
+	if cur == nil {
+		err := r.create(ctx, t, name, content)
+		if err == nil {
+			return ResultCreated, nil
+		}
+		if !apierrors.IsAlreadyExists(err) {
+			return ResultError, err
+		}
+		// The cache lags behind a create (ours, moments ago, or someone's):
+		// compare with the live object instead.
+		if cur, err = r.api.get(ctx, name); err != nil {
+			return ResultError, fmt.Errorf("get ClusterTrustBundle %s: %w", name, err)
+		}
+	}
+	if cur.Spec.TrustBundle == content && hasLabels(cur.Labels, r.p.labels) {
+		return ResultUnchanged, nil
+	}
+	if err := r.update(ctx, cur, content); err != nil {
+		return ResultError, err
+	}
+	return ResultUpdated, nil
+}
+
+func (r *run) create(ctx context.Context, t target, name, content string) error {
+	b := &certv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: maps.Clone(r.p.labels)},
+		Spec:       certv1.ClusterTrustBundleSpec{SignerName: t.signer, TrustBundle: content},
+	}
+	if err := r.api.create(ctx, b); err != nil {
+		return fmt.Errorf("create ClusterTrustBundle %s: %w", name, err)
+	}
+	r.p.log.InfoContext(ctx, "created ClusterTrustBundle", "name", name, "signer", t.signer)
+	return nil
+}
+
+// update writes content and our labels over cur, keeping other labels.
+func (r *run) update(ctx context.Context, cur *certv1.ClusterTrustBundle, content string) error {
+	b := cur.DeepCopy()
+	b.Spec.TrustBundle = content
+	if b.Labels == nil {
+		b.Labels = make(map[string]string, len(r.p.labels))
+	}
+	maps.Copy(b.Labels, r.p.labels)
+	if err := r.api.update(ctx, b); err != nil {
+		return fmt.Errorf("update ClusterTrustBundle %s: %w", b.Name, err)
+	}
+	r.p.log.InfoContext(ctx, "updated ClusterTrustBundle", "name", b.Name, "signer", b.Spec.SignerName,
+		"contentChanged", cur.Spec.TrustBundle != content)
+	return nil
+}
+
+// get returns bundle name of signer from the informer's cache, or nil.
+func (r *run) get(signer, name string) (*certv1.ClusterTrustBundle, error) {
+	obj, ok, err := r.stores[signer].GetByKey(name)
+	if err != nil || !ok {
+		return nil, err
+	}
+	b, ok := obj.(*certv1.ClusterTrustBundle)
+	if !ok {
+		return nil, fmt.Errorf("cache holds a %T for ClusterTrustBundle %s", obj, name)
+	}
+	return b, nil
+}
+
+// deleteStale deletes the bundles of t's signer that we own, except keep.
+// A precondition on UID and resourceVersion makes sure we delete only the
+// version we looked at: one relabelled meanwhile is left alone.
+func (r *run) deleteStale(ctx context.Context, t target, keep string) error {
+	var errs []error
+	for _, obj := range r.stores[t.signer].List() {
+		b, ok := obj.(*certv1.ClusterTrustBundle)
+		if !ok || b.Name == keep || b.Spec.SignerName != t.signer || !hasLabels(b.Labels, r.p.labels) {
+			continue
+		}
+		pre := metav1.Preconditions{UID: &b.UID, ResourceVersion: &b.ResourceVersion}
+		err := r.api.delete(ctx, b.Name, metav1.DeleteOptions{Preconditions: &pre})
+		switch {
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("delete stale ClusterTrustBundle %s: %w", b.Name, err))
+		default:
+			r.p.log.InfoContext(ctx, "deleted stale ClusterTrustBundle", "name", b.Name, "signer", t.signer)
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,120 @@
+package trustbundle
+
+import (
+	"context"
+	"crypto/x509"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+var testTD = spiffeid.RequireTrustDomainFromString("example.org")
+
+// rootSet is a concurrency-safe Config.Roots for tests.
+type rootSet struct {
+	mu    sync.Mutex
+	roots []*x509.Certificate
+}
+
+func (s *rootSet) get() []*x509.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.roots
+}
+
+func (s *rootSet) set(roots ...*x509.Certificate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roots = roots
+}
+
+// newRoots returns n fresh root certificates.
+func newRoots(t testing.TB, n int) []*x509.Certificate {
+	t.Helper()
+	out := make([]*x509.Certificate, n)
+	for i := range out {
+		out[i] = testca.NewRoot(t, testca.P256).Cert
+	}
+	return out
+}
+
+// mustContent is bundleContent for roots that must be valid.
+func mustContent(t testing.TB, roots ...*x509.Certificate) string {
+	t.Helper()
+	s, err := bundleContent(roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// hashedName is the name of our default signer's bundle for content.
+func hashedName(content string) string {
+	return target{signer: DefaultSignerName}.name(content)
+}
+
+// bundle builds a ClusterTrustBundle.
+func bundle(name, signer, content string, labels map[string]string) *certv1.ClusterTrustBundle {
+	return &certv1.ClusterTrustBundle{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: content},
+	}
+}
+
+// recorder is an Observer that keeps every result.
+type recorder struct {
+	mu      sync.Mutex
+	results []string
+}
+
+func (r *recorder) Published(result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results = append(r.results, result)
+}
+
+func (r *recorder) count(result string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.results {
+		if s == result {
+			n++
+		}
+	}
+	return n
+}
+
+// startRun runs p in the background until the test ends; Run must then
+// return nil.
+func startRun(t *testing.T, p *Publisher) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-errc; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+}
+
+// testLogger logs to t.
+func testLogger(t testing.TB) *slog.Logger {
+	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+type tWriter struct{ t testing.TB }
+
+func (w tWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimSuffix(string(p), "\n"))
+	return len(p), nil
+}

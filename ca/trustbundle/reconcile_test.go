@@ -1,0 +1,249 @@
+package trustbundle
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// state is what the tests compare of a bundle.
+type state struct {
+	Name, Signer, Content string
+	Labels                map[string]string
+}
+
+func stateOf(b *certv1.ClusterTrustBundle) state {
+	return state{b.Name, b.Spec.SignerName, b.Spec.TrustBundle, b.Labels}
+}
+
+// TestReconcile runs reconcile against the fake clientset, with the
+// informer stores filled by hand, and compares the bundles left behind and
+// the writes made, in order.
+func TestReconcile(t *testing.T) {
+	roots := newRoots(t, 3)
+	cur := mustContent(t, roots[0], roots[1])
+	old := mustContent(t, roots[0])
+	other := mustContent(t, roots[2])
+	ours := ownLabels(testTD)
+	otherTD := map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: "other.org"}
+	want := bundle(hashedName(cur), DefaultSignerName, cur, ours)
+	wantIstio := bundle(IstioBundleName, IstioSignerName, cur, ours)
+	manual := bundle("workload-ca.io:spiffe:manual", DefaultSignerName, other, nil)
+	foreignTD := bundle(hashedName(old), DefaultSignerName, old, otherTD)
+	otherSigner := bundle("example.com:other:x", "example.com/other", other, ours)
+
+	tests := []struct {
+		name     string
+		istio    bool
+		noRoots  bool
+		existing []*certv1.ClusterTrustBundle
+		want     []*certv1.ClusterTrustBundle
+		writes   []string // verbs, in order
+		result   string   // of the last reconcile
+		wantErr  error
+	}{
+		{name: "absent: created", want: []*certv1.ClusterTrustBundle{want},
+			writes: []string{"create"}, result: ResultCreated},
+		{name: "already right: no write", existing: []*certv1.ClusterTrustBundle{want},
+			want: []*certv1.ClusterTrustBundle{want}, result: ResultUnchanged},
+		{name: "trustBundle edited: repaired",
+			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, other, ours)},
+			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"update"}, result: ResultUpdated},
+		{name: "labels edited: ours restored, others kept",
+			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
+				map[string]string{"team": "x", LabelTrustDomain: "evil.org"})},
+			want: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
+				map[string]string{"team": "x", LabelManagedBy: ManagedBy, LabelTrustDomain: "example.org"})},
+			writes: []string{"update"}, result: ResultUpdated},
+		{name: "stale owned bundle: deleted after the new one is created",
+			existing: []*certv1.ClusterTrustBundle{bundle(hashedName(old), DefaultSignerName, old, ours)},
+			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"create", "delete"}, result: ResultCreated},
+		{name: "unowned, other trust domain, other signer: untouched",
+			existing: []*certv1.ClusterTrustBundle{manual, foreignTD, otherSigner},
+			want:     []*certv1.ClusterTrustBundle{manual, foreignTD, otherSigner, want},
+			writes:   []string{"create"}, result: ResultCreated},
+		{name: "no roots: error, nothing deleted", noRoots: true,
+			existing: []*certv1.ClusterTrustBundle{want}, want: []*certv1.ClusterTrustBundle{want},
+			result: ResultError, wantErr: ErrInvalidRoots},
+		{name: "istio: both published", istio: true,
+			want:   []*certv1.ClusterTrustBundle{wantIstio, want},
+			writes: []string{"create", "create"}, result: ResultCreated},
+		{name: "istio: fixed name adopted and updated in place, stale istio bundle deleted", istio: true,
+			existing: []*certv1.ClusterTrustBundle{want,
+				bundle(IstioBundleName, IstioSignerName, old, nil),
+				bundle("istio.io:istiod-ca:old", IstioSignerName, old, ours)},
+			want:   []*certv1.ClusterTrustBundle{wantIstio, want},
+			writes: []string{"update", "delete"}, result: ResultUpdated},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := &rootSet{}
+			if !tc.noRoots {
+				rs.set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
+			}
+			client, r := newTestRun(t, Config{IstioCompatible: tc.istio, Roots: rs.get}, tc.existing...)
+			var result string
+			var err error
+			for _, signer := range []string{DefaultSignerName, IstioSignerName} {
+				if _, ok := r.p.targets[signer]; ok {
+					result, err = r.reconcile(context.Background(), signer)
+				}
+			}
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("reconcile error = %v, want %v", err, tc.wantErr)
+			}
+			if result != tc.result {
+				t.Errorf("result = %q, want %q", result, tc.result)
+			}
+			if diff := cmp.Diff(states(tc.want), listStates(t, client)); diff != "" {
+				t.Errorf("bundles (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tc.writes, writeVerbs(client)); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// newTestRun returns a run over a fake clientset holding existing, with the
+// informer stores filled by hand (no informer runs).
+func newTestRun(t *testing.T, cfg Config, existing ...*certv1.ClusterTrustBundle) (*fake.Clientset, *run) {
+	t.Helper()
+	objs := make([]runtime.Object, len(existing))
+	for i, b := range existing {
+		objs[i] = b.DeepCopy()
+	}
+	client := fake.NewClientset(objs...)
+	cfg.Client, cfg.TrustDomain = client, testTD
+	p, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newRun(p, v1API(client))
+	for _, store := range r.stores {
+		for _, b := range existing {
+			if err := store.Add(b.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	client.ClearActions()
+	return client, r
+}
+
+func states(bs []*certv1.ClusterTrustBundle) []state {
+	out := make([]state, len(bs))
+	for i, b := range bs {
+		out[i] = stateOf(b)
+	}
+	slices.SortFunc(out, func(a, b state) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+func listStates(t *testing.T, client *fake.Clientset) []state {
+	t.Helper()
+	list, err := client.CertificatesV1().ClusterTrustBundles().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bs := make([]*certv1.ClusterTrustBundle, len(list.Items))
+	for i := range list.Items {
+		bs[i] = &list.Items[i]
+	}
+	return states(bs)
+}
+
+// writeVerbs returns the verbs of the create, update and delete calls made.
+func writeVerbs(client *fake.Clientset) []string {
+	var out []string
+	for _, a := range client.Actions() {
+		if v := a.GetVerb(); v == "create" || v == "update" || v == "delete" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// TestReconcileDeleteUsesPreconditions checks that a stale bundle is
+// deleted only in the version the cache holds.
+func TestReconcileDeleteUsesPreconditions(t *testing.T) {
+	roots := newRoots(t, 2)
+	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD))
+	stale.UID, stale.ResourceVersion = "uid-1", "7"
+	rs := &rootSet{}
+	rs.set(roots[1])
+	client, r := newTestRun(t, Config{Roots: rs.get}, stale)
+	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range client.Actions() {
+		if a.GetVerb() != "delete" {
+			continue
+		}
+		opts := a.(interface{ GetDeleteOptions() metav1.DeleteOptions }).GetDeleteOptions()
+		if p := opts.Preconditions; p == nil || *p.UID != "uid-1" || *p.ResourceVersion != "7" {
+			t.Errorf("delete preconditions = %+v, want UID uid-1 and resourceVersion 7", p)
+		}
+		return
+	}
+	t.Fatal("no delete")
+}
+
+// TestReconcileRootsReordered checks that the same roots in another order
+// (or with duplicates) name the same bundle: nothing is written.
+func TestReconcileRootsReordered(t *testing.T) {
+	roots := newRoots(t, 2)
+	rs := &rootSet{}
+	rs.set(roots[0], roots[1])
+	client, r := newTestRun(t, Config{Roots: rs.get},
+		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD)))
+	rs.set(roots[1], roots[0], roots[0])
+	result, err := r.reconcile(context.Background(), DefaultSignerName)
+	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
+		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
+	}
+}
+
+// TestReconcileCacheLag: the bundle exists but the informer has not seen
+// it yet. The create fails with AlreadyExists and the live object is used.
+func TestReconcileCacheLag(t *testing.T) {
+	roots := newRoots(t, 2)
+	content := mustContent(t, roots[0])
+	name := hashedName(content)
+	for _, tc := range []struct {
+		name, live string
+		result     string
+		writes     []string
+	}{
+		{"live copy right", content, ResultUnchanged, []string{"create"}},
+		{"live copy edited", mustContent(t, roots[1]), ResultUpdated, []string{"create", "update"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			rs := &rootSet{}
+			rs.set(roots[0])
+			client, r := newTestRun(t, Config{Roots: rs.get})
+			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD))); err != nil {
+				t.Fatal(err)
+			}
+			result, err := r.reconcile(context.Background(), DefaultSignerName)
+			if err != nil || result != tc.result {
+				t.Fatalf("reconcile = %q, %v; want %q", result, err, tc.result)
+			}
+			if diff := cmp.Diff(tc.writes, writeVerbs(client)); diff != "" {
+				t.Errorf("writes (-want +got):\n%s", diff)
+			}
+			want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
+			if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
+				t.Errorf("bundles (-want +got):\n%s", diff)
+			}
+		})
+	}
+}

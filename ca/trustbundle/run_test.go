@@ -1,0 +1,175 @@
+package trustbundle
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	testclock "k8s.io/utils/clock/testing"
+)
+
+// eventually polls cond until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// fakeCluster returns a fake clientset that serves ClusterTrustBundles in
+// the given versions and answers access reviews with allow.
+func fakeCluster(allow func(*authzv1.ResourceAttributes) bool, versions ...string) *fake.Clientset {
+	client := fake.NewClientset()
+	for _, v := range versions {
+		client.Resources = append(client.Resources, &metav1.APIResourceList{
+			GroupVersion: "certificates.k8s.io/" + v,
+			APIResources: []metav1.APIResource{{Name: "clustertrustbundles"}},
+		})
+	}
+	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		review := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).DeepCopy()
+		review.Status.Allowed = allow(review.Spec.ResourceAttributes)
+		return true, review, nil
+	})
+	return client
+}
+
+func allowAll(*authzv1.ResourceAttributes) bool { return true }
+
+func exists(client *fake.Clientset, name string) bool {
+	_, err := client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), name, metav1.GetOptions{})
+	return err == nil
+}
+
+// TestRun drives Run against the fake clientset: first publication, a
+// roots change with Trigger, a roots change picked up by the periodic
+// resync alone, and repair after a deletion.
+func TestRun(t *testing.T) {
+	roots := newRoots(t, 2)
+	client := fakeCluster(allowAll, "v1", "v1beta1")
+	rs := &rootSet{}
+	rs.set(roots[0])
+	rec := &recorder{}
+	fc := testclock.NewFakeClock(time.Now())
+	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.get, Observer: rec, Clock: fc, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Trigger() // before Run: a no-op
+	startRun(t, p)
+
+	first := hashedName(mustContent(t, roots[0]))
+	eventually(t, "first bundle, seen by the informer", func() bool {
+		return exists(client, first) && rec.count(ResultUnchanged) > 0
+	})
+
+	rs.set(roots[0], roots[1])
+	p.Trigger()
+	both := hashedName(mustContent(t, roots...))
+	eventually(t, "rotation bundle replacing the first", func() bool {
+		return exists(client, both) && !exists(client, first)
+	})
+
+	rs.set(roots[1])
+	last := hashedName(mustContent(t, roots[1]))
+	eventually(t, "resync to publish new roots without a trigger", func() bool {
+		fc.Step(DefaultResyncPeriod)
+		return exists(client, last) && !exists(client, both)
+	})
+
+	if err := client.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), last, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "deleted bundle re-created", func() bool { return exists(client, last) })
+	if n := rec.count(ResultError); n != 0 {
+		t.Errorf("%d reconciles failed", n)
+	}
+}
+
+func TestRunFallsBackToV1beta1(t *testing.T) {
+	roots := newRoots(t, 1)
+	client := fakeCluster(allowAll, "v1beta1")
+	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	name := hashedName(mustContent(t, roots...))
+	eventually(t, "v1beta1 bundle", func() bool {
+		b, err := client.CertificatesV1beta1().ClusterTrustBundles().Get(context.Background(), name, metav1.GetOptions{})
+		return err == nil && b.Spec.SignerName == DefaultSignerName && b.Labels[LabelManagedBy] == ManagedBy
+	})
+	if exists(client, name) {
+		t.Error("a v1 bundle was written too")
+	}
+}
+
+func TestRunFailsFast(t *testing.T) {
+	noAttest := func(ra *authzv1.ResourceAttributes) bool { return ra.Verb != "attest" }
+	wildcardOnly := func(ra *authzv1.ResourceAttributes) bool {
+		return ra.Verb != "attest" || ra.Name == "workload-ca.io/*"
+	}
+	tests := []struct {
+		name     string
+		client   *fake.Clientset
+		istio    bool
+		wantErr  error
+		contains []string
+		excludes string
+	}{
+		{name: "not served", client: fakeCluster(allowAll), wantErr: ErrNotServed},
+		{name: "no attest", client: fakeCluster(noAttest, "v1"), istio: true, wantErr: ErrPermissionDenied,
+			contains: []string{`attest on signers, resourceName "workload-ca.io/spiffe"`, `"istio.io/istiod-ca"`}},
+		{name: "domain wildcard is enough for our signer", client: fakeCluster(wildcardOnly, "v1"), istio: true,
+			wantErr: ErrPermissionDenied, contains: []string{`"istio.io/istiod-ca"`}, excludes: "spiffe"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := New(Config{Client: tc.client, TrustDomain: testTD, IstioCompatible: tc.istio,
+				Roots: func() []*x509.Certificate { return nil }})
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			err = p.Run(ctx)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Run = %v, want %v", err, tc.wantErr)
+			}
+			for _, s := range tc.contains {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("error %q does not contain %q", err, s)
+				}
+			}
+			if tc.excludes != "" && strings.Contains(err.Error(), tc.excludes) {
+				t.Errorf("error %q contains %q", err, tc.excludes)
+			}
+		})
+	}
+}
+
+func TestRunTwice(t *testing.T) {
+	roots := newRoots(t, 1)
+	p, err := New(Config{Client: fakeCluster(allowAll, "v1"), TrustDomain: testTD,
+		Roots: func() []*x509.Certificate { return roots }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	eventually(t, "Run to start", func() bool { return p.running.Load() })
+	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
+		t.Fatalf("second Run = %v, want already running", err)
+	}
+}

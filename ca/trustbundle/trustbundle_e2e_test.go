@@ -1,0 +1,239 @@
+package trustbundle
+
+import (
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+)
+
+// e2eTimeout bounds every wait for the publisher to converge.
+const e2eTimeout = 10 * time.Second
+
+// TestE2E runs publishers against a real kube-apiserver, as users holding
+// exactly the RBAC the package documents. The steps share one control
+// plane and run in order; each publisher has its own signer.
+func TestE2E(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := cp.Client()
+	roots := newRoots(t, 3)
+	rs := &rootSet{}
+	rs.set(roots[0])
+	user := grantPublisher(t, cp, "trustbundle-publisher", DefaultSignerName)
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	first := hashedName(mustContent(t, roots[0]))
+
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"publishes name, signer, labels and content", func(t *testing.T) {
+			waitBundle(t, admin, first, DefaultSignerName, roots[0])
+		}},
+		{"re-creates a deleted bundle", func(t *testing.T) {
+			if err := admin.CertificatesV1().ClusterTrustBundles().Delete(t.Context(), first, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitBundle(t, admin, first, DefaultSignerName, roots[0])
+		}},
+		{"repairs an edited bundle", func(t *testing.T) {
+			testRepairEdit(t, admin, first, roots)
+		}},
+		{"rotation: new bundle before the old one goes, unowned kept", func(t *testing.T) {
+			testRotation(t, admin, p, rs, roots)
+		}},
+		{"istio-compatible", func(t *testing.T) { testIstio(t, cp) }},
+		{"pod with clusterTrustBundle volumes accepted", func(t *testing.T) { testPodAccepted(t, cp) }},
+		{"no attest permission", func(t *testing.T) { testNoAttest(t, cp) }},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			t.FailNow() // later steps build on earlier ones
+		}
+	}
+}
+
+// testRepairEdit replaces the bundle's content and drops a label.
+func testRepairEdit(t *testing.T, admin kubernetes.Interface, name string, roots []*x509.Certificate) {
+	bundles := admin.CertificatesV1().ClusterTrustBundles()
+	b, err := bundles.Get(t.Context(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Spec.TrustBundle = mustContent(t, roots[2])
+	delete(b.Labels, LabelManagedBy)
+	if _, err := bundles.Update(t.Context(), b, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitBundle(t, admin, name, DefaultSignerName, roots[0])
+}
+
+// testRotation adds a root and checks, on a watch, that the bundle with
+// both roots is added before the one with the old root is deleted, and
+// that a bundle we do not own survives.
+func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *rootSet, roots []*x509.Certificate) {
+	ctx := t.Context()
+	bundles := admin.CertificatesV1().ClusterTrustBundles()
+	manual := bundle("workload-ca.io:spiffe:manual", DefaultSignerName, mustContent(t, roots[2]), nil)
+	if _, err := bundles.Create(ctx, manual, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sel := fields.OneTermEqualSelector("spec.signerName", DefaultSignerName).String()
+	list, err := bundles.List(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := bundles.Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: list.ResourceVersion})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+
+	old, both := hashedName(mustContent(t, roots[0])), hashedName(mustContent(t, roots[0], roots[1]))
+	rs.set(roots[1], roots[0])
+	p.Trigger()
+	var events []string
+	timeout := time.After(e2eTimeout)
+	for !strings.Contains(strings.Join(events, ","), "DELETED "+old) {
+		select {
+		case ev := <-w.ResultChan():
+			if b, ok := ev.Object.(*certv1.ClusterTrustBundle); ok {
+				events = append(events, string(ev.Type)+" "+b.Name)
+			}
+		case <-timeout:
+			t.Fatalf("old bundle not deleted; events: %v", events)
+		}
+	}
+	added := strings.Index(strings.Join(events, ","), "ADDED "+both)
+	if added < 0 || added > strings.Index(strings.Join(events, ","), "DELETED "+old) {
+		t.Fatalf("events %v: want ADDED %s before DELETED %s", events, both, old)
+	}
+	waitBundle(t, admin, both, DefaultSignerName, roots[0], roots[1])
+	if _, err := bundles.Get(ctx, manual.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("unowned bundle: %v", err)
+	}
+}
+
+// testIstio checks the bundle Istio's charts mount by name.
+func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
+	roots := newRoots(t, 1)
+	signer := "istio-e2e.workload-ca.io/spiffe"
+	user := grantPublisher(t, cp, "trustbundle-istio", signer, IstioSignerName)
+	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer, IstioCompatible: true,
+		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, roots...)
+	waitBundle(t, cp.Client(), target{signer: signer}.name(mustContent(t, roots...)), signer, roots...)
+}
+
+// testPodAccepted creates a pod mounting our bundles by signer and label
+// selector, and Istio's by name; the apiserver validates the volume (no
+// kubelet runs) and must keep it (the projection feature gate is on).
+func testPodAccepted(t *testing.T, cp *controlplane.ControlPlane) {
+	ctx := t.Context()
+	signer := DefaultSignerName
+	if _, err := cp.CreateNamespace(ctx, "app"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cp.CreateServiceAccount(ctx, "app", "app"); err != nil {
+		t.Fatal(err)
+	}
+	sources := []corev1.VolumeProjection{
+		{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{
+			SignerName:    &signer,
+			LabelSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelTrustDomain: testTD.Name()}},
+			Path:          "bundle.pem",
+		}},
+		{ClusterTrustBundle: &corev1.ClusterTrustBundleProjection{Name: new(IstioBundleName), Path: "root-cert.pem"}},
+	}
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "app", Namespace: "app"},
+		Spec: corev1.PodSpec{
+			ServiceAccountName: "app",
+			Containers: []corev1.Container{{Name: "app", Image: controlplane.PauseImage,
+				VolumeMounts: []corev1.VolumeMount{{Name: "spiffe-bundle", MountPath: "/var/run/spiffe"}}}},
+			Volumes: []corev1.Volume{{Name: "spiffe-bundle",
+				VolumeSource: corev1.VolumeSource{Projected: &corev1.ProjectedVolumeSource{Sources: sources}}}},
+		},
+	}
+	got, err := cp.Client().CoreV1().Pods("app").Create(ctx, pod, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("pod with clusterTrustBundle volume rejected: %v", err)
+	}
+	for _, v := range got.Spec.Volumes {
+		if v.Name == "spiffe-bundle" && len(v.Projected.Sources) == 2 &&
+			v.Projected.Sources[0].ClusterTrustBundle != nil && v.Projected.Sources[1].ClusterTrustBundle != nil {
+			return
+		}
+	}
+	t.Fatalf("clusterTrustBundle sources dropped from the stored pod: %+v", got.Spec.Volumes)
+}
+
+// testNoAttest runs as a user who may write ClusterTrustBundles but not
+// attest for the signer: Run refuses at start, naming the permission, and
+// the apiserver itself refuses the create.
+func testNoAttest(t *testing.T, cp *controlplane.ControlPlane) {
+	signer := "noattest.workload-ca.io/spiffe"
+	user := grantPublisher(t, cp, "trustbundle-noattest")
+	roots := newRoots(t, 1)
+	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer,
+		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(t.Context())
+	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `attest on signers, resourceName "`+signer+`"`) ||
+		strings.Contains(err.Error(), "on clustertrustbundles") {
+		t.Fatalf("Run = %v; want ErrPermissionDenied naming only attest on %s", err, signer)
+	}
+	t.Logf("Run: %v", err)
+	// Without the start-up check, reconcile meets the admission plugin.
+	_, err = newRun(p, v1API(user)).reconcile(t.Context(), signer)
+	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "not permitted to attest") {
+		t.Fatalf("reconcile = %v; want Forbidden: not permitted to attest", err)
+	}
+	t.Logf("reconcile: %v", err)
+}
+
+// TestE2EV1beta1 runs against an apiserver serving ClusterTrustBundles in
+// v1beta1 only (as 1.33-1.36 with the beta enabled).
+func TestE2EV1beta1(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerFlags: map[string]string{
+		"runtime-config": "certificates.k8s.io/v1/clustertrustbundles=false,certificates.k8s.io/v1beta1/clustertrustbundles=true",
+	}})
+	roots := newRoots(t, 1)
+	p, err := New(Config{Client: cp.Client(), TrustDomain: testTD,
+		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	name := hashedName(mustContent(t, roots...))
+	bundles := cp.Client().CertificatesV1beta1().ClusterTrustBundles()
+	present := func() bool {
+		b, err := bundles.Get(t.Context(), name, metav1.GetOptions{})
+		return err == nil && b.Spec.SignerName == DefaultSignerName && hasLabels(b.Labels, ownLabels(testTD))
+	}
+	eventually(t, "v1beta1 bundle "+name, present)
+	if err := bundles.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "v1beta1 bundle re-created", present)
+}
