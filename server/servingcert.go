@@ -21,6 +21,10 @@ import (
 // root.
 type ServingIssuer interface {
 	IssueServing(ctx context.Context, pub crypto.PublicKey, dnsNames []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error)
+	// SigningCert is the certificate the issuer signs with now; when it
+	// changes (rotation, reload) the serving certificate is renewed, so it
+	// keeps chaining to roots clients still trust.
+	SigningCert() *x509.Certificate
 }
 
 // ServingCertConfig configures the serving certificate.
@@ -34,13 +38,15 @@ type ServingCertConfig struct {
 }
 
 // ServingCert keeps a TLS serving certificate issued by our CA and renews it
-// before it expires, on the first handshake after renewal is due.
+// on the first handshake after renewal is due: two thirds into its life, or
+// as soon as the CA signs with another certificate.
 type ServingCert struct {
 	cfg ServingCertConfig
 
-	mu      sync.Mutex
-	cert    *tls.Certificate
-	renewAt time.Time
+	mu       sync.Mutex
+	cert     *tls.Certificate
+	renewAt  time.Time
+	issuedBy *x509.Certificate
 }
 
 // NewServingCert issues the first certificate, so a misconfigured CA fails
@@ -66,7 +72,7 @@ func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, e
 func (s *ServingCert) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.cfg.Clock.Now().Before(s.renewAt) {
+	if !s.cfg.Clock.Now().Before(s.renewAt) || s.cfg.Issuer.SigningCert() != s.issuedBy {
 		ctx := context.Background()
 		if hello != nil {
 			ctx = hello.Context()
@@ -89,6 +95,7 @@ func (s *ServingCert) Current() *tls.Certificate {
 
 // renew issues a new certificate with a new key. Callers hold mu or own s.
 func (s *ServingCert) renew(ctx context.Context) error {
+	issuedBy := s.cfg.Issuer.SigningCert()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return fmt.Errorf("serving certificate key: %w", err)
@@ -101,7 +108,7 @@ func (s *ServingCert) renew(ctx context.Context) error {
 	for _, c := range chain {
 		cert.Certificate = append(cert.Certificate, c.Raw)
 	}
-	s.cert = cert
+	s.cert, s.issuedBy = cert, issuedBy
 	s.renewAt = leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) * 2 / 3)
 	return nil
 }

@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/tls"
@@ -69,6 +70,16 @@ func TestServingCertRenewal(t *testing.T) {
 	}
 	if !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
 		t.Fatalf("renewed NotAfter %v not after %v", renewed.Leaf.NotAfter, first.Leaf.NotAfter)
+	}
+
+	issuer.broken = false
+	other := testca.NewIntermediate(t, root, testca.P256, testca.Validity(start.Add(-time.Hour), start.Add(300*24*time.Hour)))
+	if err := authority.SetMaterial(other.Material()); err != nil {
+		t.Fatal(err)
+	}
+	afterSwap := mustGet(t, sc)
+	if afterSwap == renewed || !bytes.Equal(afterSwap.Certificate[1], other.Cert.Raw) {
+		t.Fatal("not renewed when the CA started signing with another certificate")
 	}
 
 	clk.Step(4 * time.Hour) // the renewed certificate has expired too
