@@ -1,28 +1,19 @@
 package main
 
 import (
-	"context"
 	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"golang.org/x/sync/errgroup"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
-	"k8s.io/klog/v2"
 
 	"github.com/workload-ca/workload-ca/authz"
-	"github.com/workload-ca/workload-ca/authz/podindex"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
-	"github.com/workload-ca/workload-ca/ca"
-	"github.com/workload-ca/workload-ca/ca/keystore"
-	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/ca/trustbundle"
 )
 
 // serveConfig is the validated configuration of `workload-ca serve`.
@@ -44,6 +35,14 @@ type serveConfig struct {
 	NodeAgents      []authz.NodeAgent
 	GracePeriod     time.Duration
 	LogLevel        slog.Level
+
+	CADirPoll          time.Duration
+	PublishTrustBundle bool
+	SignerName         string
+	IstioCompatible    bool
+	LeaderElectionNS   string
+	LeaderElectionID   string
+	Lease              leaseDurations
 }
 
 // parseServeFlags builds the configuration from flags (environment
@@ -73,6 +72,15 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir is checked for changed material (hot reload)")
+	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
+	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles")
+	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
+	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
+	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
+	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
+	fs.DurationVar(&c.Lease.renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
+	fs.DurationVar(&c.Lease.retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -120,6 +128,12 @@ func (c *serveConfig) finish(td, tlsMin, logLevel string, agents []string) error
 	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
+	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 || c.Lease.renew <= c.Lease.retry || c.Lease.lease <= c.Lease.renew {
+		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > retry period > 0"))
+	}
+	if c.CADirPoll <= 0 {
+		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))
+	}
 	if len(c.TokenAudiences) == 0 {
 		errs = append(errs, errors.New("--token-audiences must name at least one audience"))
 	}
@@ -127,109 +141,4 @@ func (c *serveConfig) finish(td, tlsMin, logLevel string, agents []string) error
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
 	return nil
-}
-
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
-	cfg, err := parseServeFlags(args, stderr)
-	if err != nil {
-		return err
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
-	// client-go logs through klog; route it into our logger. Its verbosity
-	// stays at the default, which never logs bearer tokens.
-	klog.SetSlogLogger(log.With("component", "client-go"))
-	return serve(ctx, cfg, log)
-}
-
-// serve wires the CA and runs it until ctx ends.
-func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
-	kube, err := kubeClient(cfg)
-	if err != nil {
-		return err
-	}
-	if err := tokenreview.CheckAccess(ctx, kube); err != nil {
-		return err
-	}
-	authority, err := loadAuthority(cfg, log)
-	if err != nil {
-		return err
-	}
-	pods := podindex.New(podindex.Config{Client: kube, Logger: log.With("component", "podindex")})
-	reviewer, err := tokenreview.New(tokenreview.Config{
-		Client: kube.AuthenticationV1(), Audiences: cfg.TokenAudiences, MaxCacheTTL: cfg.TokenCacheTTL,
-		Pods: pods, Logger: log.With("component", "tokenreview"),
-	})
-	if err != nil {
-		return err
-	}
-	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: cfg.TrustDomain, NodeAgents: cfg.NodeAgents, Pods: pods})
-	if err != nil {
-		return err
-	}
-	svc, err := server.NewService(server.Config{
-		Authenticator: reviewer, Authorizer: policy, Signer: authority, Logger: log,
-		Ready: func() error { return readyIf(pods.HasSynced(), "pod index not synced") },
-	})
-	if err != nil {
-		return err
-	}
-	serving, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: authority, DNSNames: cfg.ServingDNSNames, TTL: cfg.ServingTTL})
-	if err != nil {
-		return err
-	}
-	lis, err := net.Listen("tcp", cfg.ListenAddr)
-	if err != nil {
-		return err
-	}
-	grpcServer := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, cfg.TLSMinVersion))
-	grpcServer.GracePeriod = cfg.GracePeriod
-	log.Info("serving", "addr", lis.Addr().String(), "trust_domain", cfg.TrustDomain.String(), "version", version)
-
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return pods.Run(ctx) })
-	g.Go(func() error { return grpcServer.Serve(ctx, lis) })
-	err = g.Wait()
-	log.Info("stopped", "error", err)
-	return err
-}
-
-func readyIf(ok bool, reason string) error {
-	if ok {
-		return nil
-	}
-	return errors.New(reason)
-}
-
-// loadAuthority loads the CA material from --ca-dir, generating a
-// self-signed root there on first start.
-func loadAuthority(cfg serveConfig, log *slog.Logger) (*ca.Authority, error) {
-	m, created, err := keystore.LoadOrCreate(cfg.CADir, keystore.GenerateOptions{KeyType: cfg.CAKeyType, TrustDomain: cfg.TrustDomain}, time.Now())
-	if err != nil {
-		return nil, err
-	}
-	if created {
-		log.Info("generated a self-signed root", "dir", cfg.CADir, "key_type", cfg.CAKeyType)
-	}
-	a, err := ca.New(ca.Config{TrustDomain: cfg.TrustDomain, DefaultTTL: cfg.DefaultTTL, MaxTTL: cfg.MaxTTL}, m)
-	if err != nil {
-		return nil, err
-	}
-	sc := a.SigningCert()
-	log.Info("CA loaded", "subject", sc.Subject.String(), "not_after", sc.NotAfter, "roots", len(a.Roots()))
-	return a, nil
-}
-
-// kubeClient builds a client from a kubeconfig file, or in-cluster. Its
-// rate limit is ours to set: client-go's default (5/s) would throttle
-// TokenReviews during a cold-start storm.
-func kubeClient(cfg serveConfig) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.Kubeconfig
-	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	restCfg.UserAgent = "workload-ca/" + version
-	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
-	return kubernetes.NewForConfig(restCfg)
 }

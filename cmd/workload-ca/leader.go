@@ -1,0 +1,100 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+)
+
+// leaderTask is work only the leader does (publishing trust bundles,
+// driving rotation). It runs until ctx ends; an error restarts it after a
+// backoff while this replica still leads.
+type leaderTask struct {
+	name string
+	run  func(ctx context.Context) error
+}
+
+// leader runs the writers under a Lease so that, of several replicas, one
+// writes at a time while every replica keeps serving certificates.
+type leader struct {
+	client    kubernetes.Interface
+	namespace string
+	name      string
+	identity  string
+	tasks     []leaderTask
+	log       *slog.Logger
+	leading   atomic.Bool
+	durations leaseDurations
+}
+
+type leaseDurations struct{ lease, renew, retry time.Duration }
+
+func newLeader(client kubernetes.Interface, namespace, name string, d leaseDurations, log *slog.Logger, tasks ...leaderTask) *leader {
+	host, _ := os.Hostname()
+	return &leader{client: client, namespace: namespace, name: name, identity: host + "_" + rand.String(8),
+		tasks: tasks, log: log, durations: d}
+}
+
+// Run campaigns until ctx ends, campaigning again after losing the lease.
+func (l *leader) Run(ctx context.Context) error {
+	lock := &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: l.namespace, Name: l.name},
+		Client:     l.client.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: l.identity},
+	}
+	for ctx.Err() == nil {
+		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+			Lock: lock, Name: l.name, ReleaseOnCancel: true,
+			LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
+			Callbacks: leaderelection.LeaderCallbacks{
+				OnStartedLeading: l.lead,
+				OnStoppedLeading: func() { l.leading.Store(false); l.log.Info("stopped leading") },
+			},
+		})
+		if err != nil {
+			return fmt.Errorf("leader election: %w", err)
+		}
+		elector.Run(ctx)
+	}
+	return nil
+}
+
+// lead runs every task until leadership ends.
+func (l *leader) lead(ctx context.Context) {
+	l.leading.Store(true)
+	l.log.Info("started leading", "identity", l.identity)
+	g, ctx := errgroup.WithContext(ctx)
+	for _, t := range l.tasks {
+		g.Go(func() error {
+			backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: time.Minute}
+			for ctx.Err() == nil {
+				err := t.run(ctx)
+				if ctx.Err() != nil {
+					return nil
+				}
+				d := backoff.Step()
+				l.log.Error("leader task failed; retrying", "task", t.name, "error", fmt.Sprint(err), "retry_in", d)
+				select {
+				case <-ctx.Done():
+				case <-time.After(d):
+				}
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
+}
+
+// Leading reports whether this replica holds the lease.
+func (l *leader) Leading() bool { return l.leading.Load() }

@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/authz/podindex"
+	"github.com/workload-ca/workload-ca/authz/tokenreview"
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/trustbundle"
+	"github.com/workload-ca/workload-ca/server"
+)
+
+func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+	cfg, err := parseServeFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	// client-go logs through klog; route it into our logger. Its verbosity
+	// stays at the default, which never logs bearer tokens.
+	klog.SetSlogLogger(log.With("component", "client-go"))
+	return serve(ctx, cfg, log)
+}
+
+// app is the wired CA: what every replica runs, and what only the leader
+// runs.
+type app struct {
+	cfg       serveConfig
+	log       *slog.Logger
+	kube      kubernetes.Interface
+	authority *ca.Authority
+	pods      *podindex.Index
+	grpc      *server.GRPCServer
+	lis       net.Listener
+	// replicaTasks run on every replica; leaderTasks on the leader only.
+	replicaTasks []func(ctx context.Context) error
+	leaderTasks  []leaderTask
+	// onMaterial is called after the CA's material changed.
+	onMaterial []func()
+}
+
+// serve wires the CA and runs it until ctx ends.
+func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
+	a := &app{cfg: cfg, log: log}
+	var err error
+	if a.kube, err = kubeClient(cfg); err != nil {
+		return err
+	}
+	if err := tokenreview.CheckAccess(ctx, a.kube); err != nil {
+		return err
+	}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.buildServer}
+	for _, step := range steps {
+		if err := step(ctx); err != nil {
+			return err
+		}
+	}
+	return a.run(ctx)
+}
+
+// loadCA loads the CA from --ca-dir (generating a root there on first
+// start) and keeps following the directory.
+func (a *app) loadCA(context.Context) error {
+	m, created, err := keystore.LoadOrCreate(a.cfg.CADir, keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain}, time.Now())
+	if err != nil {
+		return err
+	}
+	if created {
+		a.log.Info("generated a self-signed root", "dir", a.cfg.CADir, "key_type", a.cfg.CAKeyType)
+	}
+	if err := a.newAuthority(m); err != nil {
+		return err
+	}
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CADir, Interval: a.cfg.CADirPoll,
+		Apply: a.setMaterial, Logger: a.log.With("component", "ca-dir")})
+	if err != nil {
+		return err
+	}
+	a.replicaTasks = append(a.replicaTasks, w.Run)
+	return nil
+}
+
+func (a *app) newAuthority(m *ca.Material) error {
+	var err error
+	a.authority, err = ca.New(ca.Config{TrustDomain: a.cfg.TrustDomain, DefaultTTL: a.cfg.DefaultTTL, MaxTTL: a.cfg.MaxTTL}, m)
+	if err != nil {
+		return err
+	}
+	sc := a.authority.SigningCert()
+	a.log.Info("CA loaded", "subject", sc.Subject.String(), "not_after", sc.NotAfter, "roots", len(a.authority.Roots()))
+	return nil
+}
+
+// setMaterial installs validated material and tells whoever follows it.
+func (a *app) setMaterial(m *ca.Material) error {
+	if err := a.authority.SetMaterial(m); err != nil {
+		return err
+	}
+	for _, f := range a.onMaterial {
+		f()
+	}
+	return nil
+}
+
+// publishBundles makes the leader publish the roots as ClusterTrustBundles.
+func (a *app) publishBundles(context.Context) error {
+	if !a.cfg.PublishTrustBundle {
+		return nil
+	}
+	p, err := trustbundle.New(trustbundle.Config{Client: a.kube, TrustDomain: a.cfg.TrustDomain,
+		SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Roots: a.authority.Roots,
+		Logger: a.log.With("component", "trustbundle")})
+	if err != nil {
+		return err
+	}
+	a.onMaterial = append(a.onMaterial, p.Trigger)
+	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "trustbundle", run: p.Run})
+	return nil
+}
+
+// buildServer wires authentication, authorization and the gRPC server.
+func (a *app) buildServer(ctx context.Context) error {
+	a.pods = podindex.New(podindex.Config{Client: a.kube, Logger: a.log.With("component", "podindex")})
+	reviewer, err := tokenreview.New(tokenreview.Config{
+		Client: a.kube.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
+		Pods: a.pods, Logger: a.log.With("component", "tokenreview"),
+	})
+	if err != nil {
+		return err
+	}
+	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: a.cfg.TrustDomain, NodeAgents: a.cfg.NodeAgents, Pods: a.pods})
+	if err != nil {
+		return err
+	}
+	svc, err := server.NewService(server.Config{
+		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log,
+		Ready: a.ready,
+	})
+	if err != nil {
+		return err
+	}
+	serving, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, DNSNames: a.cfg.ServingDNSNames, TTL: a.cfg.ServingTTL})
+	if err != nil {
+		return err
+	}
+	if a.lis, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
+		return err
+	}
+	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, a.cfg.TLSMinVersion))
+	a.grpc.GracePeriod = a.cfg.GracePeriod
+	return nil
+}
+
+// ready reports whether this replica can serve certificates.
+func (a *app) ready() error {
+	if !a.pods.HasSynced() {
+		return errors.New("pod index not synced")
+	}
+	return nil
+}
+
+// run serves until ctx ends: every replica indexes pods, follows its CA
+// material and serves; the leader also runs the writers.
+func (a *app) run(ctx context.Context) error {
+	a.log.Info("serving", "addr", a.lis.Addr().String(), "trust_domain", a.cfg.TrustDomain.String(), "version", version)
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return a.pods.Run(ctx) })
+	g.Go(func() error { return a.grpc.Serve(ctx, a.lis) })
+	for _, t := range a.replicaTasks {
+		g.Go(func() error { return t(ctx) })
+	}
+	if len(a.leaderTasks) > 0 {
+		l := newLeader(a.kube, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
+		g.Go(func() error { return l.Run(ctx) })
+	}
+	err := g.Wait()
+	a.log.Info("stopped", "error", fmt.Sprint(err))
+	return err
+}
+
+// kubeClient builds a client from a kubeconfig file, or in-cluster. Its
+// rate limit is ours to set: client-go's default (5/s) would throttle
+// TokenReviews during a cold-start storm.
+func kubeClient(cfg serveConfig) (kubernetes.Interface, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	restCfg.UserAgent = "workload-ca/" + version
+	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
+	return kubernetes.NewForConfig(restCfg)
+}
