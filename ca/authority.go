@@ -124,3 +124,10 @@ func containsCert(certs []*x509.Certificate, c *x509.Certificate) bool {
 func encodeCert(der []byte) string {
 	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
+
+// Intermediates returns the CA certificates sent between a leaf and the
+// root bundle: the signing certificate unless it is a root, then its
+// issuers up to the roots.
+func (a *Authority) Intermediates() []*x509.Certificate {
+	return slices.Clone(a.state.Load().above)
+}

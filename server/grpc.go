@@ -60,6 +60,10 @@ func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) 
 	return g
 }
 
+// GetServiceInfo lists the registered services (for metrics
+// initialisation).
+func (g *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo { return g.grpc.GetServiceInfo() }
+
 // Serve serves on lis until ctx ends, then stops gracefully: in-flight
 // requests finish (up to GracePeriod) and new ones are refused.
 func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {

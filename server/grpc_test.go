@@ -1,10 +1,15 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
+	"log/slog"
 	"net"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +40,8 @@ type env struct {
 	authority *ca.Authority
 	authn     *authztest.Authenticator
 	ready     error
+	audit     *syncBuffer
+	obs       *recorder
 	lis       *bufconn.Listener
 	roots     *x509.CertPool
 }
@@ -57,6 +64,7 @@ func newEnv(t *testing.T, m *ca.Material) *env {
 		t.Fatal(err)
 	}
 	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
+		audit: &syncBuffer{}, obs: &recorder{},
 		authn: &authztest.Authenticator{Callers: map[string]authz.Caller{
 			"ztunnel-token": {Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "ztunnel-a", PodUID: "zt-a", NodeName: "node-a"},
 			"web-token":     {Namespace: "demo", ServiceAccount: "web", PodName: "web-1", PodUID: "web-1", NodeName: "node-a"},
@@ -65,7 +73,8 @@ func newEnv(t *testing.T, m *ca.Material) *env {
 		e.roots.AddCert(r)
 	}
 	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: authority,
-		Ready: func() error { return e.ready }})
+		Ready: func() error { return e.ready }, Observer: e.obs,
+		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -248,4 +257,90 @@ func (e *env) conn(t *testing.T) *grpc.ClientConn {
 
 func withToken(ctx context.Context, token string) context.Context {
 	return metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+token)
+}
+
+func TestAuditRecordsAndObserver(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
+	c := e.client(t)
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	db := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/db")
+	res, err := c.CreateCertificate(ctxT(t), caclient.Request{Token: "ztunnel-token", Identity: web, Impersonate: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.CreateCertificate(ctxT(t), caclient.Request{Token: "ztunnel-token", Identity: db, Impersonate: true}); status.Code(err) != codes.PermissionDenied {
+		t.Fatalf("want PermissionDenied, got %v", err)
+	}
+	records := e.audit.records(t)
+	if len(records) != 2 {
+		t.Fatalf("audit records = %d, want 2:\n%s", len(records), e.audit.String())
+	}
+	issued, denied := records[0], records[1]
+	want := map[string]string{"decision": "issued", "caller": "istio-system/ztunnel", "pod": "ztunnel-a", "node": "node-a",
+		"requested": web.String(), "identity": web.String(), "serial": res.Leaf.SerialNumber.Text(16)}
+	for k, v := range want {
+		if issued[k] != v {
+			t.Errorf("issued record %s = %v, want %v", k, issued[k], v)
+		}
+	}
+	if issued["not_after"] == nil {
+		t.Error("issued record has no not_after")
+	}
+	if denied["decision"] != "denied" || denied["reason"] != "identity-not-on-node" || denied["requested"] != db.String() {
+		t.Errorf("denied record = %v", denied)
+	}
+	if strings.Contains(e.audit.String(), "ztunnel-token") || strings.Contains(e.audit.String(), "REQUEST") {
+		t.Fatal("audit log contains the token or the CSR")
+	}
+	if got := e.obs.results(); got != "issued/,denied/identity-not-on-node" {
+		t.Fatalf("observer saw %q", got)
+	}
+}
+
+// syncBuffer is a goroutine-safe bytes.Buffer.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func (b *syncBuffer) records(t *testing.T) []map[string]any {
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("audit line %q: %v", line, err)
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+// recorder is a server.Observer that remembers results.
+type recorder struct {
+	mu  sync.Mutex
+	got []string
+}
+
+func (r *recorder) RequestDone(result, reason string, _ time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, result+"/"+reason)
+}
+
+func (r *recorder) results() string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.got, ",")
 }

@@ -32,6 +32,12 @@ type Signer interface {
 	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
 }
 
+// Observer is told the outcome of every request, for metrics. result and
+// reason come from small fixed sets.
+type Observer interface {
+	RequestDone(result, reason string, d time.Duration)
+}
+
 // Config wires the service. Authenticator, Authorizer and Signer are
 // required: there is no allow-all mode.
 type Config struct {
@@ -39,9 +45,13 @@ type Config struct {
 	Authorizer    Authorizer
 	Signer        Signer
 	// Ready reports whether the CA can serve (nil: always ready).
-	Ready  func() error
-	Logger *slog.Logger
-	Clock  clock.PassiveClock
+	Ready func() error
+	// Audit receives one record per decision, issued or refused (default:
+	// Logger). It never sees a token, a key or a CSR.
+	Audit    *slog.Logger
+	Observer Observer
+	Logger   *slog.Logger
+	Clock    clock.PassiveClock
 }
 
 // Service implements IstioCertificateService.
@@ -51,7 +61,8 @@ type Service struct {
 	authz  Authorizer
 	signer Signer
 	ready  func() error
-	log    *slog.Logger
+	audit  *slog.Logger
+	obs    Observer
 	clock  clock.PassiveClock
 }
 
@@ -61,12 +72,18 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("server: authenticator, authorizer and signer are required")
 	}
 	s := &Service{authn: cfg.Authenticator, authz: cfg.Authorizer, signer: cfg.Signer,
-		ready: cfg.Ready, log: cfg.Logger, clock: cfg.Clock}
+		ready: cfg.Ready, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock}
 	if s.ready == nil {
 		s.ready = func() error { return nil }
 	}
-	if s.log == nil {
-		s.log = slog.New(slog.DiscardHandler)
+	if s.audit == nil {
+		s.audit = cfg.Logger
+	}
+	if s.audit == nil {
+		s.audit = slog.New(slog.DiscardHandler)
+	}
+	if s.obs == nil {
+		s.obs = nopObserver{}
 	}
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
@@ -120,11 +137,12 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	return err
 }
 
-// record writes one structured record per decision. It never logs the token
-// or the CSR.
+// record writes the audit record of a decision and reports it to the
+// observer. It never logs the token, a key or the CSR.
 func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) {
+	s.obs.RequestDone(o.result, string(o.reason), took)
 	attrs := []slog.Attr{
-		slog.String("result", o.result),
+		slog.String("decision", o.result),
 		slog.String("caller", d.caller.Namespace+"/"+d.caller.ServiceAccount),
 		slog.String("pod", d.caller.PodName),
 		slog.String("node", d.caller.NodeName),
@@ -138,15 +156,19 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 			attrs = append(attrs, slog.String("reason", string(o.reason)))
 		}
 		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
-		s.log.LogAttrs(ctx, levelFor(o), "certificate request refused", attrs...)
+		s.audit.LogAttrs(ctx, levelFor(o), "certificate request refused", attrs...)
 		return
 	}
 	attrs = append(attrs,
 		slog.String("identity", d.granted.String()),
 		slog.String("serial", d.issued.Cert.SerialNumber.Text(16)),
 		slog.Time("not_after", d.issued.Cert.NotAfter))
-	s.log.LogAttrs(ctx, slog.LevelInfo, "certificate issued", attrs...)
+	s.audit.LogAttrs(ctx, slog.LevelInfo, "certificate issued", attrs...)
 }
+
+type nopObserver struct{}
+
+func (nopObserver) RequestDone(string, string, time.Duration) {}
 
 func levelFor(o outcome) slog.Level {
 	if o.result == "internal" {

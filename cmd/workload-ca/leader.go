@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -34,8 +33,9 @@ type leader struct {
 	identity  string
 	tasks     []leaderTask
 	log       *slog.Logger
-	leading   atomic.Bool
 	durations leaseDurations
+	// onChange, if set, is told when this replica starts or stops leading.
+	onChange func(leading bool)
 }
 
 type leaseDurations struct{ lease, renew, retry time.Duration }
@@ -59,7 +59,7 @@ func (l *leader) Run(ctx context.Context) error {
 			LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
 			Callbacks: leaderelection.LeaderCallbacks{
 				OnStartedLeading: l.lead,
-				OnStoppedLeading: func() { l.leading.Store(false); l.log.Info("stopped leading") },
+				OnStoppedLeading: func() { l.setLeading(false); l.log.Info("stopped leading") },
 			},
 		})
 		if err != nil {
@@ -72,7 +72,7 @@ func (l *leader) Run(ctx context.Context) error {
 
 // lead runs every task until leadership ends.
 func (l *leader) lead(ctx context.Context) {
-	l.leading.Store(true)
+	l.setLeading(true)
 	l.log.Info("started leading", "identity", l.identity)
 	g, ctx := errgroup.WithContext(ctx)
 	for _, t := range l.tasks {
@@ -96,5 +96,8 @@ func (l *leader) lead(ctx context.Context) {
 	_ = g.Wait()
 }
 
-// Leading reports whether this replica holds the lease.
-func (l *leader) Leading() bool { return l.leading.Load() }
+func (l *leader) setLeading(v bool) {
+	if l.onChange != nil {
+		l.onChange(v)
+	}
+}

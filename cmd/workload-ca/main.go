@@ -42,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		err = runServe(ctx, args[1:], stderr)
+		err = runServe(ctx, args[1:], stdout, stderr)
 	case "request":
 		err = runRequest(ctx, args[1:], stdout, stderr)
 	case "version":

@@ -36,6 +36,10 @@ type serveConfig struct {
 	GracePeriod     time.Duration
 	LogLevel        slog.Level
 
+	AdminAddr          string
+	Pprof              bool
+	AuditLog           string
+	IstioMetrics       bool
 	CADirPoll          time.Duration
 	PublishTrustBundle bool
 	SignerName         string
@@ -72,6 +76,10 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
+	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
+	fs.BoolVar(&c.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir is checked for changed material (hot reload)")
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
 	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles")

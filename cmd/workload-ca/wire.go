@@ -7,7 +7,14 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
+	"path/filepath"
 	"time"
+
+	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
+	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/grpc"
 
 	"golang.org/x/sync/errgroup"
 	"k8s.io/client-go/kubernetes"
@@ -20,19 +27,39 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
+	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/server/admin"
 )
 
-func runServe(ctx context.Context, args []string, stderr io.Writer) error {
+func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg, err := parseServeFlags(args, stderr)
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	// client-go logs through klog; route it into our logger. Its verbosity
 	// stays at the default, which never logs bearer tokens.
 	klog.SetSlogLogger(log.With("component", "client-go"))
-	return serve(ctx, cfg, log)
+	audit, closeAudit, err := auditLogger(cfg.AuditLog, log)
+	if err != nil {
+		return err
+	}
+	defer closeAudit()
+	return serve(ctx, cfg, log, audit)
+}
+
+// auditLogger writes audit records to their own file, or with the other
+// logs (marked "log":"audit") when path is empty.
+func auditLogger(path string, log *slog.Logger) (*slog.Logger, func(), error) {
+	if path == "" {
+		return log.With("log", "audit"), func() {}, nil
+	}
+	f, err := os.OpenFile(filepath.Clean(path), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	if err != nil {
+		return nil, nil, fmt.Errorf("--audit-log: %w", err)
+	}
+	return slog.New(slog.NewJSONHandler(f, nil)).With("log", "audit"), func() { _ = f.Close() }, nil
 }
 
 // app is the wired CA: what every replica runs, and what only the leader
@@ -40,11 +67,19 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 type app struct {
 	cfg       serveConfig
 	log       *slog.Logger
+	audit     *slog.Logger
+	reg       *prometheus.Registry
+	metrics   *metrics.Metrics
 	kube      kubernetes.Interface
 	authority *ca.Authority
 	pods      *podindex.Index
+	serving   *server.ServingCert
+	readiness *admin.Readiness
 	grpc      *server.GRPCServer
 	lis       net.Listener
+	adminLis  net.Listener
+	// phase reports the rotation phase for metrics (nil: no rotation).
+	phase func() string
 	// replicaTasks run on every replica; leaderTasks on the leader only.
 	replicaTasks []func(ctx context.Context) error
 	leaderTasks  []leaderTask
@@ -53,8 +88,10 @@ type app struct {
 }
 
 // serve wires the CA and runs it until ctx ends.
-func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
-	a := &app{cfg: cfg, log: log}
+func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error {
+	reg := prometheus.NewRegistry()
+	a := &app{cfg: cfg, log: log, audit: audit, reg: reg,
+		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics})}
 	var err error
 	if a.kube, err = kubeClient(cfg); err != nil {
 		return err
@@ -62,7 +99,7 @@ func serve(ctx context.Context, cfg serveConfig, log *slog.Logger) error {
 	if err := tokenreview.CheckAccess(ctx, a.kube); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.buildServer}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.buildServer, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -122,7 +159,7 @@ func (a *app) publishBundles(context.Context) error {
 	}
 	p, err := trustbundle.New(trustbundle.Config{Client: a.kube, TrustDomain: a.cfg.TrustDomain,
 		SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Roots: a.authority.Roots,
-		Logger: a.log.With("component", "trustbundle")})
+		Observer: a.metrics, Logger: a.log.With("component", "trustbundle")})
 	if err != nil {
 		return err
 	}
@@ -136,7 +173,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	a.pods = podindex.New(podindex.Config{Client: a.kube, Logger: a.log.With("component", "podindex")})
 	reviewer, err := tokenreview.New(tokenreview.Config{
 		Client: a.kube.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
-		Pods: a.pods, Logger: a.log.With("component", "tokenreview"),
+		Pods: a.pods, Observer: a.metrics, Logger: a.log.With("component", "tokenreview"),
 	})
 	if err != nil {
 		return err
@@ -145,45 +182,76 @@ func (a *app) buildServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	a.readiness = admin.NewReadiness(
+		admin.Check{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
+		admin.Check{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
+	)
 	svc, err := server.NewService(server.Config{
-		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log,
-		Ready: a.ready,
+		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
+		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
 	})
 	if err != nil {
 		return err
 	}
-	serving, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, DNSNames: a.cfg.ServingDNSNames, TTL: a.cfg.ServingTTL})
+	a.serving, err = server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, DNSNames: a.cfg.ServingDNSNames, TTL: a.cfg.ServingTTL})
 	if err != nil {
 		return err
 	}
 	if a.lis, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
 		return err
 	}
-	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, a.cfg.TLSMinVersion))
+	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
+	a.reg.MustRegister(grpcMetrics)
+	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor()))
+	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod = a.cfg.GracePeriod
 	return nil
 }
 
-// ready reports whether this replica can serve certificates.
-func (a *app) ready() error {
-	if !a.pods.HasSynced() {
-		return errors.New("pod index not synced")
+func syncedErr(synced bool) error {
+	if !synced {
+		return errors.New("initial pod list not done")
 	}
 	return nil
+}
+
+// buildAdmin serves /metrics, /healthz and /readyz, and exports the state
+// that lives elsewhere (pod index, CA certificates) at scrape time.
+func (a *app) buildAdmin(context.Context) error {
+	metrics.WatchPodIndex(a.reg, func() metrics.PodIndexStats {
+		s := a.pods.Stats()
+		return metrics.PodIndexStats{Synced: a.pods.HasSynced(), Pods: s.Pods, Nodes: s.Nodes,
+			ServiceAccounts: s.ServiceAccounts, Lookups: s.Lookups, LookupsRefused: s.LookupsRefused}
+	})
+	metrics.WatchCA(a.reg, func() metrics.CAState {
+		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
+			Intermediates: a.authority.Intermediates(), Serving: a.serving.Current().Leaf}
+		if a.phase != nil {
+			st.Phase = a.phase()
+		}
+		return st
+	})
+	var err error
+	a.adminLis, err = net.Listen("tcp", a.cfg.AdminAddr)
+	return err
 }
 
 // run serves until ctx ends: every replica indexes pods, follows its CA
 // material and serves; the leader also runs the writers.
 func (a *app) run(ctx context.Context) error {
-	a.log.Info("serving", "addr", a.lis.Addr().String(), "trust_domain", a.cfg.TrustDomain.String(), "version", version)
+	a.log.Info("serving", "addr", a.lis.Addr().String(), "admin_addr", a.adminLis.Addr().String(), "trust_domain", a.cfg.TrustDomain.String(), "version", version)
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return a.pods.Run(ctx) })
 	g.Go(func() error { return a.grpc.Serve(ctx, a.lis) })
+	adminSrv := admin.New(admin.Config{Gatherer: a.reg, Readiness: a.readiness, Pprof: a.cfg.Pprof, Logger: a.log.With("component", "admin")})
+	g.Go(func() error { return adminSrv.Serve(ctx, a.adminLis) })
 	for _, t := range a.replicaTasks {
 		g.Go(func() error { return t(ctx) })
 	}
 	if len(a.leaderTasks) > 0 {
 		l := newLeader(a.kube, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
+		l.onChange = a.metrics.SetLeader
 		g.Go(func() error { return l.Run(ctx) })
 	}
 	err := g.Wait()

@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -57,12 +58,16 @@ type CA struct {
 	ownsWorkDir bool
 	addr        string
 	logFile     *os.File
+	adminAddr   string
 	proc        *proc.Process
 	startup     time.Duration
 
 	stopOnce sync.Once
 	stopErr  error
 }
+
+// AdminAddr is the address of /metrics, /healthz and /readyz.
+func (c *CA) AdminAddr() string { return c.adminAddr }
 
 // Start starts the CA and waits until its health service reports SERVING.
 // ctx bounds start-up only. On error nothing is left running.
@@ -125,18 +130,23 @@ func (c *CA) prepare() error {
 
 // start runs the binary on a fresh port and waits until it serves.
 func (c *CA) start(ctx context.Context) error {
-	ports, err := proc.FreePorts(1)
+	ports, err := proc.FreePorts(2)
 	if err != nil {
 		return err
 	}
 	c.addr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	args := append([]string{"serve",
+	c.adminAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
+	args := []string{"serve",
 		"--listen-addr", c.addr,
-		"--ca-dir", c.CADir(),
+		"--admin-addr", c.adminAddr,
 		"--kubeconfig", c.opts.Kubeconfig,
 		"--serving-dns-names", ServerName,
 		"--log-level", "debug",
-	}, c.opts.ExtraArgs...)
+	}
+	if !slices.Contains(c.opts.ExtraArgs, "--ca-secret") {
+		args = append(args, "--ca-dir", c.CADir())
+	}
+	args = append(args, c.opts.ExtraArgs...)
 	var out io.Writer = c.logFile
 	if c.opts.Log != nil {
 		out = io.MultiWriter(c.logFile, c.opts.Log)

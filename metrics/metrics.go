@@ -1,0 +1,124 @@
+package metrics
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+const namespace = "workload_ca"
+
+// latencyBuckets span a cached request (~0.2 ms) to a slow API call (~5 s).
+var latencyBuckets = []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5}
+
+// Metrics holds the CA's metrics.
+type Metrics struct {
+	requests     *prometheus.CounterVec
+	issuance     *prometheus.HistogramVec
+	reviews      *prometheus.CounterVec
+	reviewTime   prometheus.Histogram
+	cacheLookups *prometheus.CounterVec
+	published    *prometheus.CounterVec
+	rotations    *prometheus.CounterVec
+	leader       prometheus.Gauge
+	istio        *istioCompat
+}
+
+// Options selects optional metrics.
+type Options struct {
+	// IstioCompat also exports istiod's citadel_server_* names, so existing
+	// Istio dashboards and alerts keep working.
+	IstioCompat bool
+}
+
+// New registers the CA's metrics, the Go runtime and process collectors on
+// reg.
+func New(reg prometheus.Registerer, opts Options) *Metrics {
+	f := factory{reg}
+	m := &Metrics{
+		requests: f.counterVec("certificate_requests_total",
+			"Certificate requests by result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.", "result", "reason"),
+		issuance: f.histogramVec("issuance_duration_seconds",
+			"Time to answer a certificate request, by result.", "result"),
+		reviews: f.counterVec("tokenreview_requests_total",
+			"TokenReview API calls by result.", "result"),
+		reviewTime: f.histogram("tokenreview_duration_seconds", "Latency of TokenReview API calls."),
+		cacheLookups: f.counterVec("tokenreview_cache_lookups_total",
+			"Token review cache lookups by result (hit, miss).", "result"),
+		published: f.counterVec("trustbundle_publish_total",
+			"ClusterTrustBundle reconciliations by result (created, updated, unchanged, error).", "result"),
+		rotations: f.counterVec("rotation_steps_total",
+			"CA rotation steps taken by this replica as leader (prepare, activate, retire, remove).", "step"),
+		leader: f.gauge("leader", "1 while this replica holds the leader lease."),
+	}
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if opts.IstioCompat {
+		m.istio = newIstioCompat(reg)
+	}
+	return m
+}
+
+// RequestDone records one certificate request (server.Observer).
+func (m *Metrics) RequestDone(result, reason string, d time.Duration) {
+	m.requests.WithLabelValues(result, reason).Inc()
+	m.issuance.WithLabelValues(result).Observe(d.Seconds())
+	m.istio.requestDone(result)
+}
+
+// ReviewDone records one TokenReview call (tokenreview.Observer).
+func (m *Metrics) ReviewDone(result string, d time.Duration) {
+	m.reviews.WithLabelValues(result).Inc()
+	m.reviewTime.Observe(d.Seconds())
+}
+
+// CacheLookup records a token review cache lookup (tokenreview.Observer).
+func (m *Metrics) CacheLookup(hit bool) {
+	if hit {
+		m.cacheLookups.WithLabelValues("hit").Inc()
+		return
+	}
+	m.cacheLookups.WithLabelValues("miss").Inc()
+}
+
+// Published records a trust bundle reconciliation (trustbundle.Observer).
+func (m *Metrics) Published(result string) { m.published.WithLabelValues(result).Inc() }
+
+// Rotated records a rotation step (rotation.Observer).
+func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }
+
+// SetLeader records whether this replica leads.
+func (m *Metrics) SetLeader(leading bool) {
+	if leading {
+		m.leader.Set(1)
+		return
+	}
+	m.leader.Set(0)
+}
+
+// factory builds metrics in our namespace and registers them.
+type factory struct{ reg prometheus.Registerer }
+
+func (f factory) counterVec(name, help string, labels ...string) *prometheus.CounterVec {
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(c)
+	return c
+}
+
+func (f factory) histogramVec(name, help string, labels ...string) *prometheus.HistogramVec {
+	h := prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: latencyBuckets}, labels)
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) histogram(name, help string) prometheus.Histogram {
+	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: latencyBuckets})
+	f.reg.MustRegister(h)
+	return h
+}
+
+func (f factory) gauge(name, help string) prometheus.Gauge {
+	g := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help})
+	f.reg.MustRegister(g)
+	return g
+}

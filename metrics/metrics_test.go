@@ -1,0 +1,88 @@
+package metrics_test
+
+import (
+	"crypto/x509"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/workload-ca/workload-ca/metrics"
+)
+
+func TestMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.Options{IstioCompat: true})
+	m.RequestDone("issued", "", 2*time.Millisecond)
+	m.RequestDone("denied", "identity-not-on-node", time.Millisecond)
+	m.ReviewDone("authenticated", 3*time.Millisecond)
+	m.CacheLookup(true)
+	m.CacheLookup(false)
+	m.Published("created")
+	m.Rotated("prepare")
+	m.SetLeader(true)
+	root := &x509.Certificate{NotAfter: time.Unix(2000000000, 0)}
+	newRoot := &x509.Certificate{NotAfter: time.Unix(2100000000, 0)}
+	metrics.WatchCA(reg, func() metrics.CAState {
+		return metrics.CAState{Signing: root, Roots: []*x509.Certificate{root, newRoot}, Serving: root, Phase: "prepared"}
+	})
+	metrics.WatchPodIndex(reg, func() metrics.PodIndexStats {
+		return metrics.PodIndexStats{Synced: true, Pods: 7, Nodes: 2, ServiceAccounts: 3, Lookups: 4, LookupsRefused: 1}
+	})
+
+	want := `
+# HELP workload_ca_certificate_requests_total Certificate requests by result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.
+# TYPE workload_ca_certificate_requests_total counter
+workload_ca_certificate_requests_total{reason="",result="issued"} 1
+workload_ca_certificate_requests_total{reason="identity-not-on-node",result="denied"} 1
+# HELP workload_ca_ca_cert_expiry_timestamp_seconds NotAfter of the CA certificates as a Unix time, by kind (signing, root, intermediate).
+# TYPE workload_ca_ca_cert_expiry_timestamp_seconds gauge
+workload_ca_ca_cert_expiry_timestamp_seconds{kind="root"} 2.1e+09
+workload_ca_ca_cert_expiry_timestamp_seconds{kind="signing"} 2e+09
+# HELP workload_ca_rotation_phase 1 for the current CA rotation phase.
+# TYPE workload_ca_rotation_phase gauge
+workload_ca_rotation_phase{phase="prepared"} 1
+workload_ca_rotation_phase{phase="retiring"} 0
+workload_ca_rotation_phase{phase="steady"} 0
+# HELP workload_ca_podindex_pods Live scheduled pods in the pod index.
+# TYPE workload_ca_podindex_pods gauge
+workload_ca_podindex_pods 7
+# HELP workload_ca_tokenreview_cache_lookups_total Token review cache lookups by result (hit, miss).
+# TYPE workload_ca_tokenreview_cache_lookups_total counter
+workload_ca_tokenreview_cache_lookups_total{result="hit"} 1
+workload_ca_tokenreview_cache_lookups_total{result="miss"} 1
+# HELP workload_ca_leader 1 while this replica holds the leader lease.
+# TYPE workload_ca_leader gauge
+workload_ca_leader 1
+# HELP citadel_server_authentication_failure_count The number of authentication failures (istiod-compatible).
+# TYPE citadel_server_authentication_failure_count counter
+citadel_server_authentication_failure_count 1
+`
+	names := []string{"workload_ca_certificate_requests_total", "workload_ca_ca_cert_expiry_timestamp_seconds",
+		"workload_ca_rotation_phase", "workload_ca_podindex_pods", "workload_ca_tokenreview_cache_lookups_total",
+		"workload_ca_leader", "citadel_server_authentication_failure_count"}
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
+		t.Fatal(err)
+	}
+	problems, err := testutil.GatherAndLint(reg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range problems {
+		// istiod's legacy names are kept as they are on purpose.
+		if !strings.HasPrefix(p.Metric, "citadel_server_") {
+			t.Errorf("lint: %s: %s", p.Metric, p.Text)
+		}
+	}
+}
+
+func TestIstioCompatOffByDefault(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := metrics.New(reg, metrics.Options{})
+	m.RequestDone("issued", "", time.Millisecond)
+	if n, err := testutil.GatherAndCount(reg, "citadel_server_csr_count"); err != nil || n != 0 {
+		t.Fatalf("citadel metrics exported without the option: %d, %v", n, err)
+	}
+}

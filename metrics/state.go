@@ -1,0 +1,142 @@
+package metrics
+
+import (
+	"crypto/x509"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// PodIndexStats is what the pod index reports at scrape time.
+type PodIndexStats struct {
+	Synced          bool
+	Pods            int
+	Nodes           int
+	ServiceAccounts int
+	Lookups         uint64
+	LookupsRefused  uint64
+}
+
+// CAState is the CA's certificates at scrape time.
+type CAState struct {
+	Signing       *x509.Certificate
+	Intermediates []*x509.Certificate
+	Roots         []*x509.Certificate
+	Serving       *x509.Certificate
+	// Phase is the rotation phase (steady, prepared, retiring), empty when
+	// the CA does not rotate itself.
+	Phase string
+}
+
+// rotationPhases are the values Phase may take, exported as a one-hot gauge.
+var rotationPhases = []string{"steady", "prepared", "retiring"}
+
+// WatchPodIndex exports the pod index's size, sync state and live lookups,
+// read at each scrape.
+func WatchPodIndex(reg prometheus.Registerer, stats func() PodIndexStats) {
+	reg.MustRegister(&funcCollector{
+		descs: []*prometheus.Desc{podsDesc, nodesDesc, sasDesc, syncedDesc, lookupsDesc},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := stats()
+			ch <- gauge(podsDesc, float64(s.Pods))
+			ch <- gauge(nodesDesc, float64(s.Nodes))
+			ch <- gauge(sasDesc, float64(s.ServiceAccounts))
+			ch <- gauge(syncedDesc, boolf(s.Synced))
+			ch <- prometheus.MustNewConstMetric(lookupsDesc, prometheus.CounterValue, float64(s.Lookups), "made")
+			ch <- prometheus.MustNewConstMetric(lookupsDesc, prometheus.CounterValue, float64(s.LookupsRefused), "refused")
+		},
+	})
+}
+
+// WatchCA exports certificate expiry times and the rotation phase, read at
+// each scrape. Roots report the latest expiry among them (the one that
+// matters once a rotation has finished); intermediates the earliest.
+func WatchCA(reg prometheus.Registerer, state func() CAState) {
+	reg.MustRegister(&funcCollector{
+		descs: []*prometheus.Desc{expiryDesc, servingExpiryDesc, phaseDesc, rootsDesc},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := state()
+			if s.Signing != nil {
+				ch <- gauge(expiryDesc, unix(s.Signing), "signing")
+			}
+			if c := latest(s.Roots); c != nil {
+				ch <- gauge(expiryDesc, unix(c), "root")
+			}
+			if c := earliest(s.Intermediates); c != nil {
+				ch <- gauge(expiryDesc, unix(c), "intermediate")
+			}
+			if s.Serving != nil {
+				ch <- gauge(servingExpiryDesc, unix(s.Serving))
+			}
+			ch <- gauge(rootsDesc, float64(len(s.Roots)))
+			if s.Phase != "" {
+				for _, p := range rotationPhases {
+					ch <- gauge(phaseDesc, boolf(p == s.Phase), p)
+				}
+			}
+		},
+	})
+}
+
+var (
+	podsDesc    = desc("podindex_pods", "Live scheduled pods in the pod index.")
+	nodesDesc   = desc("podindex_nodes", "Nodes with pods in the pod index.")
+	sasDesc     = desc("podindex_service_accounts", "Service accounts with pods in the pod index.")
+	syncedDesc  = desc("podindex_synced", "1 once the pod index has completed its initial list.")
+	lookupsDesc = desc("podindex_live_lookups_total", "Live API lookups on pod index misses, by result (made, refused by the rate limiter).", "result")
+
+	expiryDesc        = desc("ca_cert_expiry_timestamp_seconds", "NotAfter of the CA certificates as a Unix time, by kind (signing, root, intermediate).", "kind")
+	servingExpiryDesc = desc("serving_cert_expiry_timestamp_seconds", "NotAfter of the gRPC serving certificate as a Unix time.")
+	rootsDesc         = desc("trust_bundle_roots", "Roots in the trust bundle (more than one during a rotation).")
+	phaseDesc         = desc("rotation_phase", "1 for the current CA rotation phase.", "phase")
+)
+
+func desc(name, help string, labels ...string) *prometheus.Desc {
+	return prometheus.NewDesc(namespace+"_"+name, help, labels, nil)
+}
+
+func gauge(d *prometheus.Desc, v float64, labels ...string) prometheus.Metric {
+	return prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+}
+
+func boolf(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func unix(c *x509.Certificate) float64 { return float64(c.NotAfter.Unix()) }
+
+func latest(certs []*x509.Certificate) *x509.Certificate {
+	var out *x509.Certificate
+	for _, c := range certs {
+		if out == nil || c.NotAfter.After(out.NotAfter) {
+			out = c
+		}
+	}
+	return out
+}
+
+func earliest(certs []*x509.Certificate) *x509.Certificate {
+	var out *x509.Certificate
+	for _, c := range certs {
+		if out == nil || c.NotAfter.Before(out.NotAfter) {
+			out = c
+		}
+	}
+	return out
+}
+
+// funcCollector collects const metrics computed at scrape time.
+type funcCollector struct {
+	descs   []*prometheus.Desc
+	collect func(chan<- prometheus.Metric)
+}
+
+func (c *funcCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range c.descs {
+		ch <- d
+	}
+}
+
+func (c *funcCollector) Collect(ch chan<- prometheus.Metric) { c.collect(ch) }
