@@ -26,7 +26,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # Packages whose tests need the real control plane (they skip without it).
 E2E_PKGS  = ./e2e/... ./ca/trustbundle/...
 
-.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean
+.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools
 
 build: ## Build bin/workload-ca.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/workload-ca ./cmd/workload-ca
@@ -36,7 +36,7 @@ test: lint generate-check unit e2e ## Everything CI runs.
 unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-e2e: build controlplane ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build controlplane prometheus-tools ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) \
 		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
@@ -74,6 +74,12 @@ $(TOOLS): tools/go.mod tools/go.sum
 		github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \
 		google.golang.org/grpc/cmd/protoc-gen-go-grpc
 	touch $(TOOLS)
+
+# promtool and prometheus check the CA's /metrics in the e2e suite: Debian's
+# prometheus package (2.42), installed when either binary is missing.
+prometheus-tools: ## Install promtool and prometheus (Debian package) when missing.
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
 
 controlplane: $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd ## Build kube-apiserver and etcd (cached by version).
 $(CP_DIR)/kube-apiserver:
