@@ -46,6 +46,11 @@ demo: build controlplane ## Run the CA against a local control plane and request
 	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) \
 		$(GO) run ./e2e/demo
 
+bench: build controlplane ## Performance at cluster scale: prints a table and writes bench-results.json.
+	mkdir -p $(WORK)
+	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) GO=$(GO) \
+		$(GO) run ./e2e/bench --out $(CURDIR)/bench-results.json $(BENCH_FLAGS)
+
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./e2e/tools' | xargs -n1 dirname | sort -u); do \
 		for f in $$(grep -h '^func Fuzz' $$t/*_test.go | sed 's/func \(Fuzz[A-Za-z0-9_]*\).*/\1/'); do \

@@ -21,6 +21,7 @@ const usage = `workload-ca: a certificate authority for SPIFFE workload identiti
 Usage:
   workload-ca serve   [flags]   run the CA (gRPC IstioCertificateService)
   workload-ca request [flags]   request a certificate as ztunnel would
+  workload-ca loadtest [flags]  load the CA as many ztunnels would, and measure it
   workload-ca version           print the version
 
 Run "workload-ca <command> -h" for the flags of a command.
@@ -45,6 +46,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runServe(ctx, args[1:], stdout, stderr)
 	case "request":
 		err = runRequest(ctx, args[1:], stdout, stderr)
+	case "loadtest":
+		err = runLoadtest(ctx, args[1:], stdout, stderr)
 	case "version":
 		fmt.Fprintln(stdout, "workload-ca", version)
 	case "help", "-h", "--help":

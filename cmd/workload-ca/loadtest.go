@@ -1,0 +1,143 @@
+package main
+
+import (
+	"context"
+	"crypto/x509"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"time"
+
+	"go.step.sm/crypto/pemutil"
+
+	"github.com/workload-ca/workload-ca/loadtest"
+)
+
+// loadtestUsage explains the plan file, which flags cannot.
+const loadtestUsage = `Usage: workload-ca loadtest --plan FILE --root-cert FILE [flags]
+
+Behaves like many ztunnels: each has its own connection (gRPC over TLS 1.3),
+its own bearer token, at most --in-flight requests outstanding, and asks for
+the identities of its node with ImpersonatedIdentity. Keys and CSRs (P-256,
+ztunnel's shape) are pregenerated. Progress goes to stderr every second; the
+summary (certs/s, latency percentiles, errors by gRPC code) to stdout.
+
+The plan is a JSON array, one object per ztunnel:
+  [{"token": "<pod-bound JWT of the ztunnel, audience istio-ca>",
+    "identities": ["spiffe://cluster.local/ns/demo/sa/web", ...]}, ...]
+
+Modes: the maximum rate (closed loop, the default); --rate R (open loop at R
+requests/s in total, latency measured from when each request was due); --once
+(a cold-start storm: every ztunnel asks for each identity once, all at the
+same time; --duration is then the deadline).
+
+Flags:
+`
+
+// loadtestConfig is the validated configuration of `workload-ca loadtest`.
+type loadtestConfig struct {
+	run      loadtest.Config
+	planFile string
+	rootCert string
+	limit    int
+	json     bool
+	quiet    bool
+}
+
+func parseLoadtestFlags(args []string, stderr io.Writer) (loadtestConfig, error) {
+	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), loadtestUsage)
+		fs.PrintDefaults()
+	}
+	var c loadtestConfig
+	r := &c.run
+	var output string
+	fs.StringVar(&c.planFile, "plan", "", "JSON plan file: ztunnels with their tokens and identities (required)")
+	fs.StringVar(&r.Address, "addr", "localhost:15012", "CA address host:port")
+	fs.StringVar(&r.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
+	fs.StringVar(&c.rootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
+	fs.DurationVar(&r.Duration, "duration", 10*time.Second, "measured window after the warm-up (with --once: the deadline of the storm)")
+	fs.DurationVar(&r.Warmup, "warmup", 3*time.Second, "warm-up before the measured window, not counted")
+	fs.Float64Var(&r.Rate, "rate", 0, "total target rate in requests/s, open loop; 0 is the maximum rate, closed loop")
+	fs.BoolVar(&r.Once, "once", false, "cold-start storm: every ztunnel asks for each of its identities once, all at once")
+	fs.IntVar(&c.limit, "ztunnels-limit", 0, "use only the first N ztunnels of the plan (0: all)")
+	fs.IntVar(&r.InFlight, "in-flight", loadtest.DefaultInFlight, "most requests outstanding per ztunnel")
+	fs.DurationVar(&r.Timeout, "timeout", loadtest.DefaultTimeout, "deadline of each request, and of connecting")
+	fs.DurationVar(&r.TTL, "ttl", loadtest.DefaultTTL, "requested certificate lifetime (validity_duration)")
+	fs.IntVar(&r.CSRsPerIdentity, "csrs-per-identity", loadtest.DefaultCSRsPerIdentity, "pregenerated keys and CSRs per identity, used round-robin")
+	fs.BoolVar(&r.NoCheck, "no-check", false, "do not parse and check the responses (less client CPU)")
+	fs.StringVar(&output, "output", "text", "summary format: text or json")
+	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if err := envFallback(fs); err != nil {
+		return c, err
+	}
+	var errs []error
+	if c.planFile == "" || c.rootCert == "" {
+		errs = append(errs, errors.New("--plan and --root-cert are required"))
+	}
+	if output != "text" && output != "json" {
+		errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
+	}
+	if r.Rate < 0 || r.Duration <= 0 || r.Warmup < 0 || r.InFlight <= 0 || c.limit < 0 {
+		errs = append(errs, errors.New("--duration and --in-flight must be positive; --rate, --warmup and --ztunnels-limit not negative"))
+	}
+	if r.Once && r.Rate > 0 {
+		errs = append(errs, errors.New("--once and --rate exclude each other"))
+	}
+	if fs.NArg() > 0 {
+		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
+	}
+	c.json = output == "json"
+	if err := errors.Join(errs...); err != nil {
+		return c, fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return c, nil
+}
+
+func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	c, err := parseLoadtestFlags(args, stderr)
+	if err != nil {
+		return err
+	}
+	roots, err := pemutil.ReadCertificateBundle(c.rootCert)
+	if err != nil {
+		return fmt.Errorf("--root-cert: %w", err)
+	}
+	c.run.Roots = x509.NewCertPool()
+	for _, r := range roots {
+		c.run.Roots.AddCert(r)
+	}
+	plan, err := loadtest.ReadPlanFile(c.planFile)
+	if err != nil {
+		return fmt.Errorf("--plan: %w", err)
+	}
+	c.run.Plan = plan.Limit(c.limit)
+	if !c.quiet {
+		c.run.Progress = stderr
+	}
+	s, err := loadtest.Run(ctx, c.run)
+	if err != nil {
+		return err
+	}
+	if c.json {
+		enc := json.NewEncoder(stdout)
+		enc.SetIndent("", "  ")
+		err = enc.Encode(s)
+	} else {
+		err = s.WriteText(stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if s.Mode == "once" && s.ZtunnelsDone < s.Ztunnels {
+		return fmt.Errorf("storm: %d of %d ztunnels never got all their certificates", s.Ztunnels-s.ZtunnelsDone, s.Ztunnels)
+	}
+	return nil
+}

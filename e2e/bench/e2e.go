@@ -1,0 +1,307 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/loadtest"
+)
+
+// startCA starts `workload-ca serve` in the work dir (the same CA
+// material every time) and records how long it took to become ready:
+// cahost's exec→SERVING, and our own poll of /readyz on the admin port.
+// It logs at info level and writes audit records to a file of its own, as
+// a production deployment would, rather than through a pipe to us.
+func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string) (*cahost.CA, error) {
+	adminAddr, err := freeAddr()
+	if err != nil {
+		return nil, err
+	}
+	args := []string{"--admin-addr", adminAddr, "--log-level", "info",
+		"--audit-log", filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")}
+	if b.opts.cpuProfile != "" {
+		args = append(args, "--pprof")
+	}
+	pollCtx, stopPoll := context.WithCancel(ctx)
+	defer stopPoll()
+	began := time.Now()
+	readyz := pollReadyz(pollCtx, adminAddr, began)
+	ca, err := cahost.Start(ctx, cahost.Options{Binary: b.opts.binary, Kubeconfig: cp.KubeconfigPath(),
+		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args})
+	if err != nil {
+		return nil, err
+	}
+	var toReadyz time.Duration
+	select {
+	case toReadyz = <-readyz:
+	case <-time.After(5 * time.Second):
+		toReadyz = -1
+	}
+	b.res.set(phase+"_to_ready_seconds", ca.StartupTime().Seconds())
+	if toReadyz >= 0 {
+		b.res.set(phase+"_to_readyz_seconds", toReadyz.Seconds())
+	}
+	b.logf("workload-ca %s: SERVING after %v (/readyz 200 after %v), pid %d", phase,
+		ca.StartupTime().Round(time.Millisecond), toReadyz.Round(time.Millisecond), ca.Pid())
+	b.adminAddr = adminAddr
+	return ca, nil
+}
+
+// freeAddr returns a 127.0.0.1 address that was free a moment ago.
+func freeAddr() (string, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	return l.Addr().String(), nil
+}
+
+// pollReadyz polls http://addr/readyz every 10ms and sends the time since
+// began at the first 200.
+func pollReadyz(ctx context.Context, addr string, began time.Time) <-chan time.Duration {
+	out := make(chan time.Duration, 1)
+	client := &http.Client{Timeout: time.Second}
+	go func() {
+		for ctx.Err() == nil {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/readyz", http.NoBody)
+			if resp, err := client.Do(req); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					out <- time.Since(began)
+					return
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	return out
+}
+
+// loadRun is one `workload-ca loadtest` and the CPU its processes used in
+// its measured window.
+type loadRun struct {
+	sum   *loadtest.Summary
+	cpu   map[string]float64 // CPU seconds in the window, by process
+	cores map[string]float64 // cores kept busy in the window
+}
+
+// runLoadtest runs the load generator as a process of its own against ca,
+// sampling the CPU time of the CA, the apiserver, etcd and itself.
+func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, args ...string) (*loadRun, error) {
+	args = append([]string{"loadtest", "--output", "json", "--addr", ca.Addr(), "--server-name", cahost.ServerName,
+		"--root-cert", ca.RootCertPath()}, args...)
+	b.logf("  %s %v", filepath.Base(b.opts.binary), args)
+	cmd := exec.CommandContext(ctx, b.opts.binary, args...)
+	var stdout bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, prefixWriter{w: b.log, prefix: "  | "}
+	cmd.Env = childEnv()
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	etcd, apiserver := cp.PIDs()
+	s := startSampler(map[string]int{"server": ca.Pid(), "apiserver": apiserver, "etcd": etcd, "client": cmd.Process.Pid})
+	runErr := cmd.Wait()
+	s.Stop()
+	r := &loadRun{sum: &loadtest.Summary{}, cpu: map[string]float64{}, cores: map[string]float64{}}
+	if err := json.Unmarshal(stdout.Bytes(), r.sum); err != nil {
+		if runErr != nil {
+			return nil, fmt.Errorf("workload-ca loadtest: %w", runErr)
+		}
+		return nil, fmt.Errorf("workload-ca loadtest output %q: %w", stdout.String(), err)
+	}
+	for name := range s.pids {
+		r.cpu[name], r.cores[name] = s.coresUsed(name, r.sum.WindowStart, r.sum.WindowEnd)
+	}
+	if runErr != nil { // a summary, and a failure (an incomplete storm)
+		return r, fmt.Errorf("workload-ca loadtest: %w", runErr)
+	}
+	return r, nil
+}
+
+// childEnv is our environment without WORKLOAD_CA_* variables, which the
+// binary would read as flag values.
+func childEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		if len(kv) < 12 || kv[:12] != "WORKLOAD_CA_" {
+			env = append(env, kv)
+		}
+	}
+	return env
+}
+
+// prefixWriter prefixes every write (the load generator writes whole
+// lines) with prefix.
+type prefixWriter struct {
+	w      io.Writer
+	prefix string
+}
+
+func (p prefixWriter) Write(b []byte) (int, error) {
+	lines := bytes.SplitAfter(b, []byte("\n"))
+	var out bytes.Buffer
+	for _, l := range lines {
+		if len(l) > 0 {
+			out.WriteString(p.prefix)
+			out.Write(l)
+		}
+	}
+	if _, err := p.w.Write(out.Bytes()); err != nil {
+		return 0, err
+	}
+	return len(b), nil
+}
+
+// measureMaxRate runs the load generator at its maximum rate and returns
+// the rate.
+func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string) (float64, error) {
+	b.logf("end to end at the maximum rate: %d ztunnels × %d identities, %v after %v warm-up", b.opts.ztunnels, b.opts.identities, b.opts.duration, b.opts.warmup)
+	var profDone chan error
+	if b.opts.cpuProfile != "" {
+		profDone = make(chan error, 1)
+		go func() { profDone <- b.fetchProfile(ctx) }()
+	}
+	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--duration", b.opts.duration.String(), "--warmup", b.opts.warmup.String())
+	if profDone != nil {
+		if perr := <-profDone; perr != nil {
+			b.logf("  CPU profile: %v", perr)
+		} else {
+			b.logf("  server CPU profile: %s", b.opts.cpuProfile)
+		}
+	}
+	if err != nil {
+		return 0, err
+	}
+	s := r.sum
+	b.res.set("e2e_ztunnels", s.Ztunnels)
+	b.res.set("e2e_identities", s.Identities)
+	b.res.set("e2e_certs_per_sec", s.CertsPerSec)
+	b.res.set("e2e_errors", s.Errors)
+	b.res.set("e2e_p50_ms", s.LatencyMS.P50)
+	b.res.set("e2e_p99_ms", s.LatencyMS.P99)
+	b.res.set("e2e_p99_9_ms", s.LatencyMS.P999)
+	for _, p := range []string{"server", "client", "apiserver", "etcd"} {
+		if r.cores[p] >= 0 {
+			b.res.set("e2e_"+p+"_cores_used", r.cores[p])
+		}
+	}
+	if cores := r.cores["server"]; cores > 0 && s.Certs > 0 {
+		b.res.set("cpu_seconds_per_cert", r.cpu["server"]/float64(s.Certs))
+		b.res.set("e2e_certs_per_server_cpu_second", s.CertsPerSec/cores)
+		if floor, ok := b.res.num("floor_certs_per_sec_per_core"); ok && floor > 0 {
+			b.res.set("e2e_ratio_to_floor", s.CertsPerSec/cores/floor)
+		}
+	}
+	b.logf("  %.0f certs/s, server %.2f cores, client %.2f cores, p99 %.2fms, errors %d %v",
+		s.CertsPerSec, r.cores["server"], r.cores["client"], s.LatencyMS.P99, s.Errors, s.ErrorsByCode)
+	return s.CertsPerSec, nil
+}
+
+// fetchProfile takes the server's CPU profile during the measured window
+// of the maximum-rate run (approximately: from 1s after the warm-up for
+// the window less 2s).
+func (b *bench) fetchProfile(ctx context.Context) error {
+	secs := max(1, int((b.opts.duration - 2*time.Second).Seconds()))
+	select {
+	case <-time.After(b.opts.warmup + time.Second):
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		"http://"+b.adminAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), http.NoBody)
+	if err != nil {
+		return err
+	}
+	resp, err := (&http.Client{Timeout: time.Duration(secs+30) * time.Second}).Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
+	}
+	f, err := os.Create(b.opts.cpuProfile)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		_ = f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// measureHalfRate runs the load generator open loop at rate (half the
+// maximum) for latency.
+func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string, rate float64) error {
+	b.logf("end to end at half the maximum rate: %.0f requests/s, open loop", rate)
+	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--rate", strconv.FormatFloat(rate, 'f', 1, 64),
+		"--duration", b.opts.duration.String(), "--warmup", b.opts.halfWarmup.String())
+	if err != nil {
+		return err
+	}
+	s := r.sum
+	b.res.set("half_rate_target", rate)
+	b.res.set("half_rate_certs_per_sec", s.CertsPerSec)
+	b.res.set("half_rate_errors", s.Errors)
+	b.res.set("p50_ms_at_half_rate", s.LatencyMS.P50)
+	b.res.set("p99_ms_at_half_rate", s.LatencyMS.P99)
+	b.res.set("p99_9_ms_at_half_rate", s.LatencyMS.P999)
+	if r.cores["server"] >= 0 {
+		b.res.set("half_rate_server_cores_used", r.cores["server"])
+	}
+	b.logf("  %.0f certs/s, p50 %.2fms, p99 %.2fms, p99.9 %.2fms, errors %d %v",
+		s.CertsPerSec, s.LatencyMS.P50, s.LatencyMS.P99, s.LatencyMS.P999, s.Errors, s.ErrorsByCode)
+	return nil
+}
+
+// measureStorm has every ztunnel of plan ask for all its identities at
+// once from a freshly started CA, and counts the TokenReviews the
+// apiserver audited meanwhile.
+func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string) error {
+	b.logf("cold-start storm: %d ztunnels × %d identities at once, fresh CA", b.opts.stormZtunnels, b.opts.stormIdentities)
+	before, err := cp.CountAudit("", "tokenreviews")
+	if err != nil {
+		return err
+	}
+	r, runErr := b.runLoadtest(ctx, cp, ca, "--once", "--plan", plan, "--duration", "2m")
+	if r == nil {
+		return runErr
+	}
+	// The apiserver writes an audit event just after its response: wait for
+	// at least one review per token, then a little longer for stragglers.
+	_, _ = cp.WaitAuditCount(ctx, "", "tokenreviews", before+b.opts.stormZtunnels)
+	time.Sleep(500 * time.Millisecond)
+	after, err := cp.CountAudit("", "tokenreviews")
+	if err != nil {
+		return err
+	}
+	s := r.sum
+	b.res.set("storm_ztunnels", s.Ztunnels)
+	b.res.set("storm_certs", s.Certs)
+	b.res.set("storm_errors", s.Errors)
+	b.res.set("storm_distinct_tokens", s.Ztunnels) // one token per ztunnel
+	b.res.set("storm_tokenreviews", after-before)
+	b.res.set("storm_seconds", s.AllDoneSeconds)
+	b.res.set("storm_p99_ms", s.LatencyMS.P99)
+	if r.cores["server"] >= 0 {
+		b.res.set("storm_server_cpu_seconds", r.cpu["server"])
+	}
+	b.logf("  all %d ztunnels done after %.3fs (%d of them), %d TokenReviews, errors %d %v",
+		s.Ztunnels, s.AllDoneSeconds, s.ZtunnelsDone, after-before, s.Errors, s.ErrorsByCode)
+	return runErr
+}

@@ -1,0 +1,224 @@
+// Command bench measures workload-ca at cluster scale and prints one table,
+// also written as JSON (bench-results.json) for comparison between commits.
+// `make bench` runs it; every phase is described in measure*.
+//
+//  1. Crypto floor: what one core can sign in-process (P-256 and RSA-2048
+//     CAs), the ceiling the end-to-end rate is compared with.
+//  2. End to end: a real kube-apiserver and etcd, `workload-ca serve`, and
+//     `workload-ca loadtest` as a separate process acting as many ztunnels;
+//     first at the maximum rate (the server's CPU is read from /proc), then
+//     open loop at half that rate for latency.
+//  3. Cold-start storm: a fresh CA process, every ztunnel asking for all its
+//     identities at once; TokenReviews counted in the apiserver's audit log.
+//  4. Pod index at 150,000 pods over 5,000 nodes (podindex benchmarks).
+//  5. Start to ready: process start to gRPC SERVING, and to /readyz.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+)
+
+// options are the command line.
+type options struct {
+	out                            string
+	binary                         string
+	ztunnels, identities           int
+	stormZtunnels, stormIdentities int
+	duration, warmup               time.Duration
+	halfWarmup                     time.Duration
+	floorTime                      time.Duration
+	podindex                       bool
+	cpuProfile                     string
+	keep                           bool
+	strict                         bool
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := mainCode(ctx, os.Args[1:])
+	stop()
+	os.Exit(code)
+}
+
+func mainCode(ctx context.Context, args []string) int {
+	var o options
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	fs.StringVar(&o.out, "out", "bench-results.json", "JSON results file")
+	fs.StringVar(&o.binary, "binary", os.Getenv(cahost.EnvBinary), "workload-ca binary (serve and loadtest); default $"+cahost.EnvBinary)
+	fs.IntVar(&o.ztunnels, "ztunnels", 20, "ztunnels (nodes) of the end-to-end runs")
+	fs.IntVar(&o.identities, "identities", 10, "identities per ztunnel in the end-to-end runs")
+	fs.IntVar(&o.stormZtunnels, "storm-ztunnels", 50, "ztunnels of the cold-start storm")
+	fs.IntVar(&o.stormIdentities, "storm-identities", 10, "identities per ztunnel in the storm")
+	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured window of each end-to-end run")
+	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "warm-up of the maximum-rate run")
+	fs.DurationVar(&o.halfWarmup, "half-warmup", time.Second, "warm-up of the half-rate run")
+	fs.DurationVar(&o.floorTime, "floor-time", 3*time.Second, "how long each crypto floor runs")
+	fs.BoolVar(&o.podindex, "podindex", true, "run the pod index benchmarks")
+	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the maximum-rate run here (serves with --pprof)")
+	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
+	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if o.binary == "" || os.Getenv(controlplane.EnvBinDir) == "" {
+		fmt.Fprintf(os.Stderr, "bench: %s and %s must be set: run `make bench`\n", cahost.EnvBinary, controlplane.EnvBinDir)
+		return 2
+	}
+	if o.ztunnels > o.stormZtunnels {
+		o.stormZtunnels = o.ztunnels // the fixture has max(ztunnels) nodes either way
+	}
+	b := &bench{opts: o, res: results{}, log: os.Stderr}
+	b.res.meta()
+	err := b.run(ctx)
+	b.res.set("load_avg_1m_end", loadAvg())
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+	}
+	rows := b.res.table()
+	if werr := b.res.write(o.out); werr != nil {
+		fmt.Fprintln(os.Stderr, "bench:", werr)
+		err = errors.Join(err, werr)
+	} else {
+		fmt.Fprintf(os.Stderr, "bench: results written to %s\n", o.out)
+	}
+	switch {
+	case err != nil:
+		return 1
+	case o.strict && rows.missed > 0:
+		return 1
+	}
+	return 0
+}
+
+// bench is one run.
+type bench struct {
+	opts    options
+	res     results
+	log     io.Writer
+	workDir string
+	// adminAddr is the admin address of the running CA.
+	adminAddr string
+}
+
+func (b *bench) logf(format string, args ...any) {
+	fmt.Fprintf(b.log, "bench: "+format+"\n", args...)
+}
+
+// run runs every phase; a failed phase is reported and the others still
+// run where they can.
+func (b *bench) run(ctx context.Context) error {
+	var errs []error
+	b.logf("crypto floor (%v per CA key type)", b.opts.floorTime)
+	errs = append(errs, b.measureFloor())
+	if b.opts.podindex {
+		b.logf("pod index at 150,000 pods over 5,000 nodes")
+		errs = append(errs, b.measurePodIndex(ctx))
+	}
+	if ctx.Err() == nil {
+		errs = append(errs, b.endToEnd(ctx))
+	}
+	return errors.Join(errs...)
+}
+
+func (b *bench) measureFloor() error {
+	for _, kt := range []struct{ keyType, key string }{{keystore.KeyECDSAP256, "floor"}, {keystore.KeyRSA2048, "floor_rsa2048"}} {
+		r, err := measureFloor(kt.keyType, b.opts.floorTime)
+		if err != nil {
+			return fmt.Errorf("crypto floor %s: %w", kt.keyType, err)
+		}
+		b.res.set(kt.key+"_certs_per_sec_per_core", r.perCPUSecond)
+		b.res.set(kt.key+"_wall_certs_per_sec", r.perWallSec)
+		b.logf("  %s CA: %.0f certs per CPU-second, %.0f/s on one goroutine (%d certificates)", kt.keyType, r.perCPUSecond, r.perWallSec, r.ops)
+	}
+	return nil
+}
+
+// endToEnd starts the control plane and the CA, creates the fixture, and
+// runs the load tests and the storm.
+func (b *bench) endToEnd(ctx context.Context) (err error) {
+	if b.workDir, err = os.MkdirTemp("", "workload-ca-bench-"); err != nil {
+		return err
+	}
+	defer func() {
+		if err != nil || b.opts.keep {
+			b.logf("work dir kept: %s", b.workDir)
+			return
+		}
+		err = errors.Join(err, os.RemoveAll(b.workDir))
+	}()
+	b.logf("starting etcd and kube-apiserver")
+	startCtx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(startCtx, controlplane.Options{WorkDir: filepath.Join(b.workDir, "controlplane")})
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, cp.Stop()) }()
+
+	nodes := b.opts.stormZtunnels
+	ids := max(b.opts.identities, b.opts.stormIdentities)
+	b.logf("creating %d nodes, each with a ztunnel and %d workload pods", nodes, ids)
+	began := time.Now()
+	fixture, err := createCluster(startCtx, cp, nodes, ids)
+	if err != nil {
+		return err
+	}
+	b.logf("  created in %v", time.Since(began).Round(time.Millisecond))
+	list, pods, err := listPods(startCtx, cp)
+	if err != nil {
+		return err
+	}
+	b.res.set("pods_in_cluster", pods)
+	b.res.set("pod_list_seconds", list.Seconds())
+	e2ePlan, stormPlan := filepath.Join(b.workDir, "plan-e2e.json"), filepath.Join(b.workDir, "plan-storm.json")
+	if err := writePlan(e2ePlan, fixture, b.opts.ztunnels, b.opts.identities); err != nil {
+		return err
+	}
+	if err := writePlan(stormPlan, fixture, b.opts.stormZtunnels, b.opts.stormIdentities); err != nil {
+		return err
+	}
+
+	ca, err := b.startCA(startCtx, cp, "start")
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if ca != nil {
+			err = errors.Join(err, ca.Stop())
+		}
+	}()
+	var errs []error
+	maxRate, err := b.measureMaxRate(ctx, cp, ca, e2ePlan)
+	errs = append(errs, err)
+	if err == nil && maxRate > 0 {
+		errs = append(errs, b.measureHalfRate(ctx, cp, ca, e2ePlan, maxRate/2))
+	}
+	if ctx.Err() != nil {
+		return errors.Join(append(errs, ctx.Err())...)
+	}
+	// The storm needs a fresh process: empty token cache.
+	stopErr := ca.Stop()
+	ca = nil
+	if stopErr != nil {
+		return errors.Join(append(errs, fmt.Errorf("stopping the CA: %w", stopErr))...)
+	}
+	ca, err = b.startCA(ctx, cp, "restart")
+	if err != nil {
+		return errors.Join(append(errs, err)...)
+	}
+	errs = append(errs, b.measureStorm(ctx, cp, ca, stormPlan))
+	return errors.Join(errs...)
+}
