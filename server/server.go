@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -52,6 +53,11 @@ type Config struct {
 	Observer Observer
 	Logger   *slog.Logger
 	Clock    clock.PassiveClock
+	// MaxConcurrentSigns bounds concurrent CSR checks and signatures
+	// (default: GOMAXPROCS); QueueTimeout is how long a request waits for a
+	// slot before it fails with Unavailable (default 1s).
+	MaxConcurrentSigns int
+	QueueTimeout       time.Duration
 }
 
 // Service implements IstioCertificateService.
@@ -64,6 +70,7 @@ type Service struct {
 	audit  *slog.Logger
 	obs    Observer
 	clock  clock.PassiveClock
+	cpu    *cpuLimiter
 }
 
 // NewService checks the configuration and returns the service.
@@ -85,6 +92,13 @@ func NewService(cfg Config) (*Service, error) {
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
+	if cfg.MaxConcurrentSigns <= 0 {
+		cfg.MaxConcurrentSigns = runtime.GOMAXPROCS(0)
+	}
+	if cfg.QueueTimeout <= 0 {
+		cfg.QueueTimeout = time.Second
+	}
+	s.cpu = newCPULimiter(cfg.MaxConcurrentSigns, cfg.QueueTimeout)
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
@@ -122,7 +136,8 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if err != nil {
 		return err
 	}
-	p, err := parseRequest(req)
+	var p parsedRequest
+	err = s.cpu.do(ctx, func() (err error) { p, err = parseRequest(req); return err })
 	if err != nil {
 		return err
 	}
@@ -133,8 +148,10 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if d.granted, err = s.authz.Authorize(ctx, d.caller, p.requested); err != nil {
 		return err
 	}
-	d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: p.csr, ID: d.granted, TTL: p.ttl})
-	return err
+	return s.cpu.do(ctx, func() (err error) {
+		d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: p.csr, ID: d.granted, TTL: p.ttl})
+		return err
+	})
 }
 
 // record writes the audit record of a decision and reports it to the

@@ -41,6 +41,8 @@ func classify(err error) outcome {
 	case errors.Is(err, ca.ErrInvalidCSR), errors.Is(err, errInvalidRequest):
 		// The caller's own input: the full message helps them fix it.
 		return outcome{code: codes.InvalidArgument, result: "invalid", message: err.Error()}
+	case errors.Is(err, errOverloaded):
+		return outcome{code: codes.Unavailable, result: "unavailable", reason: "overloaded", message: "certificate authority overloaded, retry later"}
 	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable):
 		return outcome{code: codes.Unavailable, result: "unavailable", message: "certificate authority temporarily unavailable"}
 	case errors.Is(err, context.Canceled):

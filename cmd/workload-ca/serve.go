@@ -36,6 +36,8 @@ type serveConfig struct {
 	GracePeriod     time.Duration
 	LogLevel        slog.Level
 
+	MaxConcurrentSigns int
+	SignQueueTimeout   time.Duration
 	AdminAddr          string
 	Pprof              bool
 	AuditLog           string
@@ -76,6 +78,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use)")
+	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", time.Second, "how long a request waits for a signing slot before it fails with Unavailable")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
 	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")

@@ -189,6 +189,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	svc, err := server.NewService(server.Config{
 		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
 		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
+		MaxConcurrentSigns: a.cfg.MaxConcurrentSigns, QueueTimeout: a.cfg.SignQueueTimeout,
 	})
 	if err != nil {
 		return err

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"k8s.io/utils/clock"
@@ -38,24 +39,31 @@ func (r *Readiness) Err(ctx context.Context) error {
 
 // Cached runs check at most once per ttl and returns its last result in
 // between, so an expensive check (a real signature, perhaps by an HSM) can
-// back a readiness endpoint polled often.
+// back readiness that every request consults. Reads of a fresh result take
+// no lock; one caller refreshes a stale one while others wait for it.
 func Cached(check func(context.Context) error, ttl time.Duration, clk clock.PassiveClock) func(context.Context) error {
 	if clk == nil {
 		clk = clock.RealClock{}
 	}
+	type result struct {
+		err error
+		at  time.Time
+	}
 	var (
+		last atomic.Pointer[result]
 		mu   sync.Mutex
-		at   time.Time
-		last error
-		done bool
 	)
 	return func(ctx context.Context) error {
+		if r := last.Load(); r != nil && clk.Since(r.at) < ttl {
+			return r.err
+		}
 		mu.Lock()
 		defer mu.Unlock()
-		if done && clk.Since(at) < ttl {
-			return last
+		if r := last.Load(); r != nil && clk.Since(r.at) < ttl {
+			return r.err // refreshed while we waited
 		}
-		last, at, done = check(ctx), clk.Now(), true
-		return last
+		r := &result{err: check(ctx), at: clk.Now()}
+		last.Store(r)
+		return r.err
 	}
 }
