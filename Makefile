@@ -26,17 +26,17 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # Packages whose tests need the real control plane (they skip without it).
 E2E_PKGS  = ./e2e/... ./ca/trustbundle/...
 
-.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools
+.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools chart-lint
 
 build: ## Build bin/workload-ca.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/workload-ca ./cmd/workload-ca
 
-test: lint generate-check unit e2e ## Everything CI runs.
+test: lint generate-check chart-lint unit e2e ## Everything CI runs.
 
 unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-e2e: build controlplane prometheus-tools ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build controlplane prometheus-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) \
 		$(GO) test -count=1 -timeout 20m $(E2E_PKGS)
@@ -72,13 +72,30 @@ generate-check: tools ## Fail if the committed generated code is stale.
 	diff -r $$tmp/capb capb || { echo "generated code is stale: run make generate"; exit 1; }
 
 # Tools, built from tools/go.mod (pinned) and rebuilt when it changes.
-TOOLS := $(BIN)/golangci-lint $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+GO_TOOLS := $(BIN)/golangci-lint $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
+TOOLS    := $(GO_TOOLS) $(BIN)/helm
 tools: $(TOOLS)
-$(TOOLS): tools/go.mod tools/go.sum
+$(GO_TOOLS): tools/go.mod tools/go.sum
 	cd tools && $(GO) build -o $(BIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
 		github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \
 		google.golang.org/grpc/cmd/protoc-gen-go-grpc
-	touch $(TOOLS)
+	touch $(GO_TOOLS)
+
+# Helm stamps its version and the Kubernetes version it assumes at link time.
+HELM_VERSION   := $(shell awk '$$1 == "helm.sh/helm/v3" {print $$2}' tools/go.mod)
+HELM_K8S_MINOR := $(word 2,$(subst ., ,$(shell awk '$$1 == "k8s.io/client-go" {print $$2}' tools/go.mod)))
+HELM_LDFLAGS   := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
+	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
+	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
+$(BIN)/helm: tools/go.mod tools/go.sum
+	cd tools && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
+
+CHART := deploy/charts/workload-ca
+chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and each ci/*.yaml.
+	for v in "" $(wildcard $(CHART)/ci/*.yaml); do \
+		$(BIN)/helm lint --strict $(CHART) $${v:+--values $$v}; \
+		$(BIN)/helm template workload-ca $(CHART) --namespace workload-ca $${v:+--values $$v} > /dev/null; \
+	done
 
 # promtool and prometheus check the CA's /metrics in the e2e suite: Debian's
 # prometheus package (2.42), installed when either binary is missing.

@@ -1,0 +1,110 @@
+{{/* Chart name, at most 63 characters. */}}
+{{- define "workload-ca.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified name: the release name, or <release>-<chart> when the release
+name does not contain the chart name. At most 63 characters (a DNS label).
+*/}}
+{{- define "workload-ca.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{- define "workload-ca.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "workload-ca.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "workload-ca.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{- define "workload-ca.labels" -}}
+helm.sh/chart: {{ include "workload-ca.chart" . }}
+{{ include "workload-ca.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: certificate-authority
+app.kubernetes.io/part-of: workload-ca
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{- define "workload-ca.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "workload-ca.fullname" .) .Values.serviceAccount.name }}
+{{- else }}
+{{- required "serviceAccount.name is required when serviceAccount.create is false" .Values.serviceAccount.name }}
+{{- end }}
+{{- end }}
+
+{{/* Name of the CA state Secret (ca.mode=secret). */}}
+{{- define "workload-ca.caSecretName" -}}
+{{- default (printf "%s-ca" (include "workload-ca.fullname" .)) .Values.ca.secret.name }}
+{{- end }}
+
+{{/* Name of the leader election Lease. */}}
+{{- define "workload-ca.leaseName" -}}
+{{- default (include "workload-ca.fullname" .) .Values.leaderElection.id }}
+{{- end }}
+
+{{/* DNS names of the serving certificate, comma-separated. */}}
+{{- define "workload-ca.servingDNSNames" -}}
+{{- $names := .Values.serving.dnsNames }}
+{{- if not $names }}
+{{- $svc := printf "%s.%s.svc" (include "workload-ca.fullname" .) .Release.Namespace }}
+{{- $names = list $svc (printf "%s.cluster.local" $svc) }}
+{{- end }}
+{{- concat $names .Values.serving.extraDNSNames | uniq | join "," }}
+{{- end }}
+
+{{/* Signers the ClusterRole may attest for, as a JSON list. */}}
+{{- define "workload-ca.signers" -}}
+{{- $signers := list (required "trustBundle.signerName is required" .Values.trustBundle.signerName) }}
+{{- if .Values.trustBundle.istioCompatible }}
+{{- $signers = append $signers "istio.io/istiod-ca" }}
+{{- end }}
+{{- $signers | uniq | toJson }}
+{{- end }}
+
+{{- define "workload-ca.image" -}}
+{{- if .Values.image.digest }}
+{{- printf "%s@%s" .Values.image.repository .Values.image.digest }}
+{{- else }}
+{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+{{- end }}
+
+{{/*
+Selector of the CA's own series in alert and dashboard queries: the job is the
+Service name (the Prometheus Operator's default for a ServiceMonitor).
+*/}}
+{{- define "workload-ca.promSelector" -}}
+job="{{ include "workload-ca.fullname" . }}",namespace="{{ .Release.Namespace }}"
+{{- end }}
+
+{{/* Fails rendering on values that cannot work. */}}
+{{- define "workload-ca.validate" -}}
+{{- if not (has .Values.ca.mode (list "secret" "plugin")) }}
+{{- fail (printf "ca.mode must be secret or plugin, not %q" .Values.ca.mode) }}
+{{- end }}
+{{- if and (eq .Values.ca.mode "plugin") (not .Values.ca.plugin.secretName) }}
+{{- fail "ca.plugin.secretName is required when ca.mode is plugin" }}
+{{- end }}
+{{- if not .Values.nodeAgents }}
+{{- fail "nodeAgents must name at least one namespace/serviceaccount" }}
+{{- end }}
+{{- range .Values.nodeAgents }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-.a-z0-9]*[a-z0-9])?$" .) }}
+{{- fail (printf "nodeAgents: %q is not namespace/serviceaccount" .) }}
+{{- end }}
+{{- end }}
+{{- end }}

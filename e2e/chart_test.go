@@ -1,0 +1,672 @@
+package e2e_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+)
+
+// The chart, relative to this package (go test runs in e2e/).
+const chartDir = "../deploy/charts/workload-ca"
+
+// envHelm overrides the helm binary (default: bin/helm, which `make tools`
+// builds from tools/go.mod).
+const envHelm = "WORKLOAD_CA_HELM"
+
+// fieldManager owns what the tests apply.
+const fieldManager = "workload-ca-e2e"
+
+// pendingFlags are flags the chart renders that the binary is announced to
+// get; until it has them, the tests log instead of failing.
+var pendingFlags = []string{"ca-secret"}
+
+// TestChart renders the chart with the default values and with every file
+// in its ci/ folder, lints it, checks that every flag it renders is one the
+// binary knows, and applies the manifests with a server-side dry run
+// (admission included) to the real apiserver, in a namespace that enforces
+// the restricted Pod Security Standard.
+func TestChart(t *testing.T) {
+	s := suiteFor(t)
+	helm := helmBinary(t)
+	kubeVersion := serverVersion(t, s)
+	flags := knownServeFlags(t)
+	ap := newApplier(t, s.cp.RESTConfig())
+
+	cases := []struct {
+		name, ns string
+		values   []string
+		check    func(t *testing.T, objs []*unstructured.Unstructured)
+	}{
+		{"default values", "wca-chart-default", nil, checkDefaultRender},
+		{"ci/full-values.yaml", "wca-chart-full", []string{"ci/full-values.yaml"}, checkMonitoring},
+		{"ci/plugin-values.yaml", "wca-chart-plugin", []string{"ci/plugin-values.yaml"}, checkPluginRender},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			lintChart(t, helm, kubeVersion, c.values...)
+			createNamespace(t, s, c.ns, restrictedPSS)
+			objs := renderChart(t, helm, "wca", c.ns, kubeVersion, c.values...)
+			for _, o := range objs {
+				if ns := o.GetNamespace(); ns != "" && ns != c.ns {
+					t.Errorf("%s: namespace %q, want the release namespace %q", objName(o), ns, c.ns)
+				}
+			}
+			checkFlags(t, flags, deploymentArgs(t, objs))
+			if c.check != nil {
+				c.check(t, objs)
+			}
+			for _, o := range objs {
+				warnings, err := ap.apply(t.Context(), o, true)
+				switch {
+				case isMonitoringKind(o) && meta.IsNoMatchError(err):
+					t.Logf("%s: skipped, the Prometheus Operator's CRDs are not installed", objName(o))
+				case err != nil:
+					t.Errorf("server-side dry-run apply of %s: %v", objName(o), err)
+				case len(warnings) > 0:
+					t.Errorf("%s: the apiserver warned: %s", objName(o), strings.Join(warnings, "; "))
+				}
+			}
+		})
+	}
+
+	// The check above proves something only if the apiserver does warn about
+	// a pod template that breaks the restricted standard.
+	t.Run("a Deployment that breaks the restricted standard is warned about", func(t *testing.T) {
+		const ns = "wca-chart-default"
+		dep := findObject(t, renderChart(t, helm, "wca", ns, kubeVersion), "Deployment")
+		unstructured.RemoveNestedField(dep.Object, "spec", "template", "spec", "securityContext")
+		containers, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+		for _, c := range containers {
+			delete(c.(map[string]any), "securityContext")
+		}
+		if err := unstructured.SetNestedSlice(dep.Object, containers, "spec", "template", "spec", "containers"); err != nil {
+			t.Fatal(err)
+		}
+		warnings, err := ap.apply(t.Context(), dep, true)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !slices.ContainsFunc(warnings, func(w string) bool { return strings.Contains(w, "PodSecurity") }) {
+			t.Errorf("no PodSecurity warning for a Deployment without securityContext (warnings: %q)", warnings)
+		}
+	})
+}
+
+// checkDefaultRender checks what the default values promise.
+func checkDefaultRender(t *testing.T, objs []*unstructured.Unstructured) {
+	const ns, fullname = "wca-chart-default", "wca-workload-ca"
+	args := deploymentArgs(t, objs)
+	for _, want := range []string{
+		"--ca-secret=" + ns + "/" + fullname + "-ca",
+		"--leader-election-namespace=" + ns,
+		"--leader-election-id=" + fullname,
+		"--serving-dns-names=" + fullname + "." + ns + ".svc," + fullname + "." + ns + ".svc.cluster.local",
+		"--admin-addr=:15014",
+		"--listen-addr=:15012",
+		"--signer-name=workload-ca.io/spiffe",
+		"--istio-compatible=false",
+	} {
+		if !slices.Contains(args, want) {
+			t.Errorf("Deployment args lack %s:\n%s", want, strings.Join(args, "\n"))
+		}
+	}
+	dep := findObject(t, objs, "Deployment")
+	if n, _, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); n != 2 {
+		t.Errorf("replicas %d, want 2", n)
+	}
+	pdb := findObject(t, objs, "PodDisruptionBudget")
+	if n, _, _ := unstructured.NestedInt64(pdb.Object, "spec", "minAvailable"); n != 1 {
+		t.Errorf("PodDisruptionBudget minAvailable %d, want 1", n)
+	}
+	c := container(t, dep)
+	for _, probe := range []string{"livenessProbe", "readinessProbe", "startupProbe"} {
+		port, _, _ := unstructured.NestedFieldNoCopy(c, probe, "httpGet", "port")
+		if port != "http-metrics" {
+			t.Errorf("%s on port %v, want http-metrics (15014)", probe, port)
+		}
+	}
+	env, _, _ := unstructured.NestedSlice(c, "env")
+	if !slices.ContainsFunc(env, func(e any) bool {
+		path, _, _ := unstructured.NestedString(e.(map[string]any), "valueFrom", "fieldRef", "fieldPath")
+		return e.(map[string]any)["name"] == "POD_NAMESPACE" && path == "metadata.namespace"
+	}) {
+		t.Errorf("no POD_NAMESPACE from the downward API in %v", env)
+	}
+	for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"} {
+		if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind }) {
+			t.Errorf("%s rendered with default values (monitoring is off by default)", kind)
+		}
+	}
+}
+
+// checkPluginRender: the plug-in CA is mounted read-only as --ca-dir, and
+// nothing that mode does not need is granted.
+func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
+	args := deploymentArgs(t, objs)
+	if !slices.Contains(args, "--ca-dir=/var/run/workload-ca/cacerts") || slices.ContainsFunc(args, hasPrefix("--ca-secret")) {
+		t.Errorf("plugin mode args: %v", args)
+	}
+	dep := findObject(t, objs, "Deployment")
+	vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
+	if !slices.ContainsFunc(vols, func(v any) bool {
+		name, _, _ := unstructured.NestedString(v.(map[string]any), "secret", "secretName")
+		return name == "cacerts"
+	}) {
+		t.Errorf("Secret cacerts is not mounted: %v", vols)
+	}
+	if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == "PodDisruptionBudget" }) {
+		t.Error("PodDisruptionBudget rendered for one replica: it would block every drain")
+	}
+	rules := func(kind string) string {
+		b, _ := json.Marshal(findObject(t, objs, kind).Object["rules"])
+		return string(b)
+	}
+	if r := rules("Role"); strings.Contains(r, "secrets") {
+		t.Errorf("plugin mode Role grants secrets: %s", r)
+	}
+	if r := rules("ClusterRole"); strings.Contains(r, "certificates.k8s.io") {
+		t.Errorf("ClusterRole grants certificates.k8s.io with trustBundle.publish=false: %s", r)
+	}
+}
+
+// helmBinary returns bin/helm (or $WORKLOAD_CA_HELM); without it the test
+// fails, since `make e2e` is expected to build it.
+func helmBinary(t *testing.T) string {
+	t.Helper()
+	path := os.Getenv(envHelm)
+	if path == "" {
+		var err error
+		if path, err = filepath.Abs("../bin/helm"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("helm is missing (%v): `make tools` builds bin/helm from tools/go.mod, or set %s", err, envHelm)
+	}
+	return path
+}
+
+// runHelm runs helm with its cache, config and data homes in a temporary
+// directory, so nothing outside the test is read or written.
+func runHelm(t *testing.T, helm string, args ...string) []byte {
+	t.Helper()
+	home := t.TempDir()
+	cmd := exec.CommandContext(t.Context(), helm, args...)
+	cmd.Env = append(os.Environ(),
+		"HELM_CACHE_HOME="+filepath.Join(home, "cache"),
+		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
+		"HELM_DATA_HOME="+filepath.Join(home, "data"),
+		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"))
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("helm %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
+	}
+	return stdout.Bytes()
+}
+
+func valuesArgs(values []string) []string {
+	var args []string
+	for _, v := range values {
+		args = append(args, "--values", filepath.Join(chartDir, v))
+	}
+	return args
+}
+
+func lintChart(t *testing.T, helm, kubeVersion string, values ...string) {
+	t.Helper()
+	runHelm(t, helm, append([]string{"lint", chartDir, "--strict", "--kube-version", kubeVersion}, valuesArgs(values)...)...)
+}
+
+// renderChart runs helm template and decodes every manifest.
+func renderChart(t *testing.T, helm, release, ns, kubeVersion string, values ...string) []*unstructured.Unstructured {
+	t.Helper()
+	out := runHelm(t, helm, append([]string{"template", release, chartDir,
+		"--namespace", ns, "--kube-version", kubeVersion}, valuesArgs(values)...)...)
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
+	var objs []*unstructured.Unstructured
+	for {
+		var raw json.RawMessage
+		err := dec.Decode(&raw)
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			t.Fatalf("decoding helm template output: %v", err)
+		}
+		if len(raw) == 0 || string(raw) == "null" {
+			continue
+		}
+		o := &unstructured.Unstructured{}
+		if err := o.UnmarshalJSON(raw); err != nil {
+			t.Fatalf("manifest %s: %v", raw, err)
+		}
+		objs = append(objs, o)
+	}
+	if len(objs) == 0 {
+		t.Fatal("helm template rendered nothing")
+	}
+	return objs
+}
+
+func serverVersion(t *testing.T, s *suite) string {
+	t.Helper()
+	v, err := s.cp.Client().Discovery().ServerVersion()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v.GitVersion
+}
+
+// restrictedPSS makes the namespace enforce, and warn about, the restricted
+// Pod Security Standard.
+var restrictedPSS = map[string]string{
+	"pod-security.kubernetes.io/enforce": "restricted",
+	"pod-security.kubernetes.io/warn":    "restricted",
+}
+
+// createNamespace creates ns for real (it may exist from an earlier subtest).
+func createNamespace(t *testing.T, s *suite, name string, labels map[string]string) {
+	t.Helper()
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels}}
+	_, err := s.cp.Client().CoreV1().Namespaces().Create(t.Context(), ns, metav1.CreateOptions{})
+	if err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+}
+
+// applier applies unstructured objects with server-side apply, mapping
+// kinds to resources through discovery.
+type applier struct {
+	dyn      dynamic.Interface
+	mapper   meta.RESTMapper
+	mu       sync.Mutex
+	warnings []string
+}
+
+func newApplier(t *testing.T, cfg *rest.Config) *applier {
+	t.Helper()
+	a := &applier{}
+	cfg.WarningHandler = a
+	dc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	if a.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return a
+}
+
+// HandleWarningHeader collects the apiserver's warnings (rest.WarningHandler).
+func (a *applier) HandleWarningHeader(_ int, _, text string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.warnings = append(a.warnings, text)
+}
+
+// apply server-side applies o (as a dry run when dryRun) and returns the
+// warnings the apiserver sent with the response. Calls must not overlap.
+func (a *applier) apply(ctx context.Context, o *unstructured.Unstructured, dryRun bool) ([]string, error) {
+	m, err := a.mapper.RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
+	if err != nil {
+		return nil, err
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+	}
+	opts := metav1.ApplyOptions{FieldManager: fieldManager, Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	a.mu.Lock()
+	a.warnings = nil
+	a.mu.Unlock()
+	_, err = ri.Apply(ctx, o.GetName(), o, opts)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.warnings, err
+}
+
+// delete deletes o, ignoring NotFound.
+func (a *applier) delete(ctx context.Context, o *unstructured.Unstructured) error {
+	m, err := a.mapper.RESTMapping(o.GroupVersionKind().GroupKind(), o.GroupVersionKind().Version)
+	if err != nil {
+		return err
+	}
+	var ri dynamic.ResourceInterface = a.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ri = a.dyn.Resource(m.Resource).Namespace(o.GetNamespace())
+	}
+	if err := ri.Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
+func isMonitoringKind(o *unstructured.Unstructured) bool {
+	return o.GroupVersionKind().Group == "monitoring.coreos.com"
+}
+
+func objName(o *unstructured.Unstructured) string {
+	if o.GetNamespace() == "" {
+		return o.GetKind() + " " + o.GetName()
+	}
+	return o.GetKind() + " " + o.GetNamespace() + "/" + o.GetName()
+}
+
+// findObject returns the only object of kind.
+func findObject(t *testing.T, objs []*unstructured.Unstructured, kind string) *unstructured.Unstructured {
+	t.Helper()
+	var found []*unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == kind {
+			found = append(found, o)
+		}
+	}
+	if len(found) != 1 {
+		t.Fatalf("%d objects of kind %s rendered, want 1", len(found), kind)
+	}
+	return found[0]
+}
+
+func container(t *testing.T, dep *unstructured.Unstructured) map[string]any {
+	t.Helper()
+	cs, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "containers")
+	if len(cs) != 1 {
+		t.Fatalf("%d containers, want 1", len(cs))
+	}
+	return cs[0].(map[string]any)
+}
+
+// deploymentArgs returns the container's args without the subcommand.
+func deploymentArgs(t *testing.T, objs []*unstructured.Unstructured) []string {
+	t.Helper()
+	args, _, err := unstructured.NestedStringSlice(container(t, findObject(t, objs, "Deployment")), "args")
+	if err != nil || len(args) == 0 || args[0] != "serve" {
+		t.Fatalf("container args %v (%v): want serve and flags", args, err)
+	}
+	return args[1:]
+}
+
+func hasPrefix(p string) func(string) bool {
+	return func(s string) bool { return strings.HasPrefix(s, p) }
+}
+
+// flagName returns the name of a --name=value argument.
+func flagName(arg string) (string, bool) {
+	if !strings.HasPrefix(arg, "--") {
+		return "", false
+	}
+	name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
+	return name, true
+}
+
+// knownServeFlags lists the flags of `workload-ca serve` from its -h output.
+func knownServeFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	out, _ := exec.CommandContext(ctx, os.Getenv(cahost.EnvBinary), "serve", "-h").CombinedOutput()
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if !flags["trust-domain"] {
+		t.Fatalf("cannot read the flags of `workload-ca serve -h`:\n%s", out)
+	}
+	return flags
+}
+
+// checkFlags fails on a rendered flag the binary does not know, except the
+// announced ones, which are logged.
+func checkFlags(t *testing.T, known map[string]bool, args []string) {
+	t.Helper()
+	for _, a := range args {
+		name, ok := flagName(a)
+		switch {
+		case !ok:
+			t.Errorf("argument %q is not --flag=value", a)
+		case known[name]:
+		case slices.Contains(pendingFlags, name):
+			t.Logf("the chart renders --%s, which this workload-ca does not have yet", name)
+		default:
+			t.Errorf("the chart renders --%s, which `workload-ca serve` does not know", name)
+		}
+	}
+}
+
+// metricNames returns the workload_ca_* series names an object refers to.
+func metricNames(o *unstructured.Unstructured) []string {
+	b, _ := json.Marshal(o.Object)
+	names := regexp.MustCompile(`workload_ca_[a-z0-9_]+`).FindAllString(string(b), -1)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// checkMonitoring checks the optional monitoring objects (PrometheusRule,
+// dashboard) that full-values.yaml turns on.
+func checkMonitoring(t *testing.T, objs []*unstructured.Unstructured) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("%v: install Debian's prometheus package (`make prometheus-tools`)", err)
+	}
+	checkAlerts(t, promtool, objs)
+	checkDashboard(t, promtool, objs)
+}
+
+// checkDashboard parses the dashboard JSON and has promtool parse every
+// query, with the dashboard's variables filled in.
+func checkDashboard(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
+	var cm *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no dashboard ConfigMap rendered")
+	}
+	raw, _, _ := unstructured.NestedString(cm.Object, "data", "workload-ca.json")
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(raw), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	fill := strings.NewReplacer("$__rate_interval", "5m", "$job", "wca-full", "$namespace", "wca-chart-full")
+	var rules []map[string]string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", len(rules)), "expr": fill.Replace(tg.Expr)})
+		}
+	}
+	if len(dash.Panels) < 6 {
+		t.Errorf("the dashboard has %d panels, want at least 6", len(dash.Panels))
+	}
+	file := filepath.Join(t.TempDir(), "dashboard-queries.yaml")
+	b, _ := json.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules (the dashboard's queries): %v\n%s", err, out)
+	}
+}
+
+// checkAlerts unit-tests the rendered PrometheusRule with promtool: the
+// rules load, fire on the trouble they name with the labels and
+// annotations an operator gets, and stay silent on a healthy CA.
+func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
+	rule := findObject(t, objs, "PrometheusRule")
+	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
+	annotations := map[string]map[string]string{} // by alert name
+	groups, _, _ := unstructured.NestedSlice(spec, "groups")
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
+			annotations[name], _, _ = unstructured.NestedStringMap(r.(map[string]any), "annotations")
+		}
+	}
+	// The annotations an alert should carry: the rendered ones with their
+	// Prometheus templates filled in as Prometheus would.
+	expect := func(alert string, subst ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range annotations[alert] {
+			out[k] = strings.NewReplacer(subst...).Replace(v)
+		}
+		return out
+	}
+	const job, ns = "wca-full", "wca-chart-full"
+	series := func(name, labels, values string) map[string]string {
+		l := `job="` + job + `",namespace="` + ns + `"`
+		if labels != "" {
+			l += "," + labels
+		}
+		return map[string]string{"series": name + "{" + l + "}", "values": values}
+	}
+	const (
+		expiry   = "workload_ca_ca_cert_expiry_timestamp_seconds"
+		leader   = "workload_ca_leader"
+		requests = "workload_ca_certificate_requests_total"
+		synced   = "workload_ca_podindex_synced"
+		year     = "31536000x180"
+	)
+	type alert struct {
+		Labels      map[string]string `json:"exp_labels"`
+		Annotations map[string]string `json:"exp_annotations"`
+	}
+	type alertTest struct {
+		EvalTime  string  `json:"eval_time"`
+		AlertName string  `json:"alertname"`
+		Alerts    []alert `json:"exp_alerts"`
+	}
+	type group struct {
+		Interval string              `json:"interval"`
+		Series   []map[string]string `json:"input_series"`
+		Alerts   []alertTest         `json:"alert_rule_test"`
+	}
+	at := func(name string, alerts ...alert) alertTest {
+		return alertTest{EvalTime: "2h", AlertName: name, Alerts: append([]alert{}, alerts...)}
+	}
+	nsLabels := func(kv ...string) map[string]string {
+		m := map[string]string{"namespace": ns}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	trouble := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="root"`, "1728000x180"), // 20 days after t=0
+		series(expiry, `pod="p0",kind="signing"`, year),
+		series(leader, `pod="p0"`, "0x180"),
+		series(leader, `pod="p1"`, "0x180"),
+		series(requests, `pod="p0",result="issued",reason=""`, "0+60x180"),                     // 1/s
+		series(requests, `pod="p0",result="denied",reason="identity-not-on-node"`, "0+60x180"), // 1/s
+		series("up", `pod="p0"`, "1x180"),
+		series("up", `pod="p1"`, "0x180"),
+		series(synced, `pod="p0"`, "1x180"),
+		series(synced, `pod="p1"`, "0x180"),
+	}, Alerts: []alertTest{
+		at("WorkloadCARootExpiringSoon", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCARootExpiringSoon", "{{ $value | humanizeDuration }}", "19d 22h 0m 0s")}),
+		at("WorkloadCAIntermediateExpiringSoon"),
+		at("WorkloadCACertificateExpiryCritical"),
+		at("WorkloadCANoLeader", alert{nsLabels("severity", "warning"), expect("WorkloadCANoLeader")}),
+		at("WorkloadCADenialSpike", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCADenialSpike", "{{ $value | humanizePercentage }}", "50%")}),
+		at("WorkloadCAReplicaDown", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCAReplicaDown")}),
+		at("WorkloadCADown"),
+		at("WorkloadCANotReady", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCANotReady")}),
+	}}
+	healthy := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="root"`, year),
+		series(expiry, `pod="p0",kind="intermediate"`, year),
+		series(expiry, `pod="p0",kind="signing"`, year),
+		series(leader, `pod="p0"`, "1x180"),
+		series(leader, `pod="p1"`, "0x180"),
+		series(requests, `pod="p0",result="issued",reason=""`, "0+60x180"),
+		series(requests, `pod="p0",result="denied",reason="identity-not-on-node"`, "0+0.6x180"), // 1%
+		series("up", `pod="p0"`, "1x180"),
+		series("up", `pod="p1"`, "1x180"),
+		series(synced, `pod="p0"`, "1x180"),
+		series(synced, `pod="p1"`, "1x180"),
+	}}
+	for name := range annotations {
+		healthy.Alerts = append(healthy.Alerts, at(name))
+	}
+	slices.SortFunc(healthy.Alerts, func(a, b alertTest) int { return strings.Compare(a.AlertName, b.AlertName) })
+	dire := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="intermediate"`, "432000x180"), // 5 days
+		series("up", `pod="p0"`, "0x180"),
+		series("up", `pod="p1"`, "0x180"),
+	}, Alerts: []alertTest{
+		at("WorkloadCACertificateExpiryCritical", alert{nsLabels("severity", "critical", "kind", "intermediate"),
+			expect("WorkloadCACertificateExpiryCritical", "{{ $labels.kind }}", "intermediate")}),
+		at("WorkloadCAIntermediateExpiringSoon", alert{nsLabels("severity", "warning", "kind", "intermediate"),
+			expect("WorkloadCAIntermediateExpiringSoon", "{{ $labels.kind }}", "intermediate",
+				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
+		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
+	}}
+	if len(annotations) < 8 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 8", len(annotations))
+	}
+
+	dir := t.TempDir()
+	write := func(name string, v any) {
+		b, err := json.Marshal(v) // JSON is YAML
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules.yaml", spec)
+	write("test.yaml", map[string]any{"rule_files": []string{"rules.yaml"}, "evaluation_interval": "1m",
+		"tests": []group{trouble, healthy, dire}})
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "test.yaml"}} {
+		cmd := exec.CommandContext(t.Context(), promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
