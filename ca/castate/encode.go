@@ -1,0 +1,216 @@
+package castate
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"encoding/json"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"io"
+	"time"
+
+	"go.step.sm/crypto/pemutil"
+)
+
+// Keys of the Secret's data.
+const (
+	// KeyState holds the versioned JSON state: the only key Decode reads.
+	KeyState = "ca-state.json"
+	// KeyRootCert and KeyCACert both hold the root bundle (every
+	// authority's certificate, PEM), for consumers of the Istio and the
+	// cert-manager layout. They are written, never read.
+	KeyRootCert = "root-cert.pem"
+	KeyCACert   = "ca.crt"
+)
+
+// formatVersion is the version of the JSON format Encode writes and the
+// only one Decode accepts.
+const formatVersion = 1
+
+// stateJSON is the serialized form of a State. Times are RFC 3339 in UTC
+// (with fractional seconds, so that a round trip is exact), empty when zero.
+type stateJSON struct {
+	Version     int             `json:"version"`
+	Authorities []authorityJSON `json:"authorities"`
+}
+
+type authorityJSON struct {
+	Status        Status `json:"status"`
+	Certificate   string `json:"certificate"`
+	PrivateKey    string `json:"privateKey"`
+	PreparedAt    string `json:"preparedAt,omitempty"`
+	ActivatedAt   string `json:"activatedAt,omitempty"`
+	RetiringSince string `json:"retiringSince,omitempty"`
+}
+
+// Encode validates s and returns the Secret data that holds it: KeyState,
+// and the root bundle under KeyRootCert and KeyCACert. The output is a
+// function of s: encoding an unchanged state gives the same bytes.
+func Encode(s State) (map[string][]byte, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	out := stateJSON{Version: formatVersion, Authorities: make([]authorityJSON, len(s.Authorities))}
+	var bundle bytes.Buffer
+	for i, a := range s.Authorities {
+		key, err := pemutil.Serialize(a.Key, pemutil.WithPKCS8(true))
+		if err != nil {
+			return nil, fmt.Errorf("%w: authority %d: encoding the key: %w", ErrInvalidState, i, err)
+		}
+		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Cert.Raw})
+		bundle.Write(cert)
+		out.Authorities[i] = authorityJSON{
+			Status:        a.Status,
+			Certificate:   string(cert),
+			PrivateKey:    string(pem.EncodeToMemory(key)),
+			PreparedAt:    formatTime(a.PreparedAt),
+			ActivatedAt:   formatTime(a.ActivatedAt),
+			RetiringSince: formatTime(a.RetiringSince),
+		}
+	}
+	state, err := json.MarshalIndent(out, "", "  ")
+	if err != nil {
+		return nil, err
+	}
+	return map[string][]byte{
+		KeyState:    state,
+		KeyRootCert: bundle.Bytes(),
+		KeyCACert:   bytes.Clone(bundle.Bytes()),
+	}, nil
+}
+
+// Decode parses and validates the state under KeyState. It is strict:
+// unknown fields, trailing data, another format version, PEM with headers
+// or extra blocks, and encrypted keys are refused. Every error wraps
+// ErrInvalidState.
+func Decode(data map[string][]byte) (State, error) {
+	raw, ok := data[KeyState]
+	if !ok {
+		return State{}, invalid("no %s key", KeyState)
+	}
+	var in stateJSON
+	if err := decodeStrict(raw, &in); err != nil {
+		return State{}, invalid("%s: %v", KeyState, err)
+	}
+	if in.Version != formatVersion {
+		return State{}, invalid("%s: format version %d, want %d", KeyState, in.Version, formatVersion)
+	}
+	if n := len(in.Authorities); n == 0 || n > MaxAuthorities {
+		return State{}, invalid("%d authorities, want 1 to %d", n, MaxAuthorities)
+	}
+	s := State{Authorities: make([]Authority, len(in.Authorities))}
+	for i, a := range in.Authorities {
+		var err error
+		if s.Authorities[i], err = a.decode(); err != nil {
+			return State{}, invalid("authority %d: %v", i, err)
+		}
+	}
+	if err := s.Validate(); err != nil {
+		return State{}, err
+	}
+	return s, nil
+}
+
+func decodeStrict(raw []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return errors.New("trailing data after the JSON object")
+	}
+	return nil
+}
+
+func (a authorityJSON) decode() (Authority, error) {
+	out := Authority{Status: a.Status}
+	var err error
+	if out.Cert, err = parseCert(a.Certificate); err != nil {
+		return out, err
+	}
+	if out.Key, err = parseKey(a.PrivateKey); err != nil {
+		return out, err
+	}
+	times := []struct {
+		name string
+		in   string
+		out  *time.Time
+	}{
+		{"preparedAt", a.PreparedAt, &out.PreparedAt},
+		{"activatedAt", a.ActivatedAt, &out.ActivatedAt},
+		{"retiringSince", a.RetiringSince, &out.RetiringSince},
+	}
+	for _, t := range times {
+		if *t.out, err = parseTime(t.in); err != nil {
+			return out, fmt.Errorf("%s: %w", t.name, err)
+		}
+	}
+	return out, nil
+}
+
+func parseCert(s string) (*x509.Certificate, error) {
+	der, err := singleBlock(s, "CERTIFICATE")
+	if err != nil {
+		return nil, fmt.Errorf("certificate: %w", err)
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("certificate: %w", err)
+	}
+	return c, nil
+}
+
+// parseKey accepts one unencrypted PKCS#8 "PRIVATE KEY" block; checking
+// the type first keeps pemutil from asking for a password.
+func parseKey(s string) (crypto.Signer, error) {
+	if _, err := singleBlock(s, "PRIVATE KEY"); err != nil {
+		return nil, fmt.Errorf("private key: %w", err)
+	}
+	k, err := pemutil.ParseKey([]byte(s))
+	if err != nil {
+		return nil, fmt.Errorf("private key: %w", err)
+	}
+	signer, ok := k.(crypto.Signer)
+	if !ok {
+		return nil, fmt.Errorf("private key: %T cannot sign", k)
+	}
+	return signer, nil
+}
+
+// singleBlock returns the bytes of the one PEM block in s, of type typ and
+// without headers.
+func singleBlock(s, typ string) ([]byte, error) {
+	b, rest := pem.Decode([]byte(s))
+	switch {
+	case b == nil:
+		return nil, errors.New("no PEM block")
+	case b.Type != typ:
+		return nil, fmt.Errorf("PEM block %q, want %q", b.Type, typ)
+	case len(b.Headers) != 0:
+		return nil, errors.New("PEM headers are not allowed")
+	case len(bytes.TrimSpace(rest)) != 0:
+		return nil, errors.New("more than one PEM block")
+	}
+	return b.Bytes, nil
+}
+
+func formatTime(t time.Time) string {
+	if t.IsZero() {
+		return ""
+	}
+	return t.UTC().Format(time.RFC3339Nano)
+}
+
+func parseTime(s string) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return t.UTC(), nil
+}

@@ -1,0 +1,195 @@
+package castate
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"time"
+
+	"go.step.sm/crypto/keyutil"
+
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// ErrInvalidState is wrapped by every error that rejects a State: from
+// Validate, Encode, Decode, Material and SecretStore.Update.
+var ErrInvalidState = errors.New("invalid CA state")
+
+// MaxAuthorities bounds the authorities of a State. A rotation needs three
+// at most (retiring, active, prepared); the bound rejects runaway states.
+const MaxAuthorities = 8
+
+// Status is where an authority is in its life cycle. It only moves
+// forward: prepared, active, retiring, then the authority is removed.
+type Status string
+
+// The statuses of an authority.
+const (
+	// StatusPrepared: in the bundle, not yet signing.
+	StatusPrepared Status = "prepared"
+	// StatusActive: the one authority that signs.
+	StatusActive Status = "active"
+	// StatusRetiring: no longer signs; stays in the bundle until the last
+	// leaf it signed has expired.
+	StatusRetiring Status = "retiring"
+)
+
+// Phases reported by State.Phase, a bounded set safe as a metric label.
+const (
+	PhaseSteady   = "steady"
+	PhasePrepared = "prepared"
+	PhaseRetiring = "retiring"
+)
+
+// Authority is one self-signed root and its key.
+type Authority struct {
+	Cert   *x509.Certificate
+	Key    crypto.Signer
+	Status Status
+	// PreparedAt is when the authority entered the bundle; ActivatedAt
+	// when it started signing (zero if it never did); RetiringSince when
+	// it stopped signing or was abandoned.
+	PreparedAt, ActivatedAt, RetiringSince time.Time
+}
+
+// State is every authority of the CA, oldest first. Its values are shared,
+// never mutated: functions that change a State return a new one.
+type State struct {
+	Authorities []Authority
+}
+
+// Validate reports whether s can serve: at most MaxAuthorities, exactly one
+// active, at most one prepared, every certificate a self-signed CA that may
+// sign certificates, every key matching its certificate, no certificate or
+// key twice, and the timestamps each status needs. It does not look at the
+// clock: whether the active root is still valid is the signer's concern.
+func (s State) Validate() error {
+	if n := len(s.Authorities); n == 0 || n > MaxAuthorities {
+		return invalid("%d authorities, want 1 to %d", n, MaxAuthorities)
+	}
+	count := map[Status]int{}
+	for i, a := range s.Authorities {
+		if err := a.validate(); err != nil {
+			return invalid("authority %d: %v", i, err)
+		}
+		if err := a.unlike(s.Authorities[:i]); err != nil {
+			return invalid("authority %d: %v", i, err)
+		}
+		count[a.Status]++
+	}
+	if count[StatusActive] != 1 {
+		return invalid("%d active authorities, want exactly 1", count[StatusActive])
+	}
+	if count[StatusPrepared] > 1 {
+		return invalid("%d prepared authorities, want at most 1", count[StatusPrepared])
+	}
+	return nil
+}
+
+// Active returns the active authority, or the zero Authority if s has none.
+func (s State) Active() Authority {
+	for _, a := range s.Authorities {
+		if a.Status == StatusActive {
+			return a
+		}
+	}
+	return Authority{}
+}
+
+// Material returns the signing material of a valid state: the active key
+// and certificate, and every authority's certificate (prepared, active and
+// retiring) as the root bundle, oldest first.
+func (s State) Material() (*ca.Material, error) {
+	if err := s.Validate(); err != nil {
+		return nil, err
+	}
+	a := s.Active()
+	roots := make([]*x509.Certificate, len(s.Authorities))
+	for i, x := range s.Authorities {
+		roots[i] = x.Cert
+	}
+	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: roots}, nil
+}
+
+// Phase names the rotation phase for metrics: PhasePrepared while a next
+// authority waits to sign, else PhaseRetiring while an old one stays in the
+// bundle, else PhaseSteady.
+func (s State) Phase() string {
+	phase := PhaseSteady
+	for _, a := range s.Authorities {
+		switch a.Status {
+		case StatusPrepared:
+			return PhasePrepared
+		case StatusRetiring:
+			phase = PhaseRetiring
+		}
+	}
+	return phase
+}
+
+// validate checks one authority on its own.
+func (a Authority) validate() error {
+	if a.Cert == nil || a.Key == nil {
+		return errors.New("missing certificate or key")
+	}
+	c := a.Cert
+	switch {
+	case !c.BasicConstraintsValid || !c.IsCA:
+		return fmt.Errorf("%s is not a CA certificate", describe(c))
+	case c.KeyUsage&x509.KeyUsageCertSign == 0:
+		return fmt.Errorf("%s: key usage lacks certSign", describe(c))
+	case !bytes.Equal(c.RawIssuer, c.RawSubject) || c.CheckSignatureFrom(c) != nil:
+		return fmt.Errorf("%s is not self-signed", describe(c))
+	case !keyutil.Equal(c.PublicKey, a.Key.Public()):
+		return fmt.Errorf("key does not match certificate %s", describe(c))
+	}
+	return a.validateTimes()
+}
+
+// validateTimes requires the timestamp of the current status and none of
+// the later ones. A retiring authority may lack ActivatedAt: it was
+// abandoned while prepared.
+func (a Authority) validateTimes() error {
+	switch a.Status {
+	case StatusPrepared:
+		if a.PreparedAt.IsZero() || !a.ActivatedAt.IsZero() || !a.RetiringSince.IsZero() {
+			return errors.New("prepared: want preparedAt only")
+		}
+	case StatusActive:
+		if a.ActivatedAt.IsZero() || !a.RetiringSince.IsZero() {
+			return errors.New("active: want activatedAt and no retiringSince")
+		}
+	case StatusRetiring:
+		if a.RetiringSince.IsZero() {
+			return errors.New("retiring: want retiringSince")
+		}
+	default:
+		return fmt.Errorf("unknown status %q", a.Status)
+	}
+	return nil
+}
+
+// unlike refuses a certificate or key that one of others already has: a
+// new authority always has a new key.
+func (a Authority) unlike(others []Authority) error {
+	for _, o := range others {
+		switch {
+		case bytes.Equal(a.Cert.Raw, o.Cert.Raw):
+			return fmt.Errorf("duplicate certificate %s", describe(a.Cert))
+		case keyutil.Equal(a.Cert.PublicKey, o.Cert.PublicKey):
+			return fmt.Errorf("certificate %s reuses the key of %s", describe(a.Cert), describe(o.Cert))
+		}
+	}
+	return nil
+}
+
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalidState, fmt.Sprintf(format, args...))
+}
+
+// describe names a certificate in error messages.
+func describe(c *x509.Certificate) string {
+	return fmt.Sprintf("(subject %q, serial %x)", c.Subject.String(), c.SerialNumber)
+}

@@ -1,0 +1,214 @@
+package castate
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// Labels every Secret the store writes carries.
+const (
+	LabelManagedBy = "app.kubernetes.io/managed-by"
+	ManagedByValue = "workload-ca"
+)
+
+// SecretConfig configures a SecretStore. Client, Namespace and Name are
+// required.
+type SecretConfig struct {
+	Client    kubernetes.Interface
+	Namespace string
+	Name      string
+	// Generate returns a new self-signed root; LoadOrCreate calls it when
+	// the Secret does not exist. Nil means load only: LoadOrCreate then
+	// fails on a missing Secret.
+	Generate func(now time.Time) (*ca.Material, error)
+	// Clock dates the first authority. Default the real clock.
+	Clock  clock.PassiveClock
+	Logger *slog.Logger
+}
+
+// SecretStore keeps the CA state in one Secret and follows it.
+type SecretStore struct {
+	client   kubernetes.Interface
+	ns, name string
+	generate func(time.Time) (*ca.Material, error)
+	clock    clock.PassiveClock
+	log      *slog.Logger
+
+	current atomic.Pointer[State]
+	follow  atomic.Pointer[follower] // set while or after Run runs
+	running atomic.Bool
+}
+
+// NewSecretStore checks cfg and returns a store; nothing is read yet.
+func NewSecretStore(cfg SecretConfig) (*SecretStore, error) {
+	switch {
+	case cfg.Client == nil:
+		return nil, errors.New("castate: missing Client")
+	case cfg.Namespace == "" || cfg.Name == "":
+		return nil, errors.New("castate: missing Secret namespace or name")
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &SecretStore{
+		client:   cfg.Client,
+		ns:       cfg.Namespace,
+		name:     cfg.Name,
+		generate: cfg.Generate,
+		clock:    cfg.Clock,
+		log:      cfg.Logger.With("secret", cfg.Namespace+"/"+cfg.Name),
+	}, nil
+}
+
+// Current returns the last valid state the store saw (from LoadOrCreate or
+// Run), or the zero State before any. It does not reflect Update until Run
+// delivers the write.
+func (s *SecretStore) Current() State {
+	if st := s.current.Load(); st != nil {
+		return *st
+	}
+	return State{}
+}
+
+// LoadOrCreate returns the state in the Secret. If there is no Secret, it
+// generates a root and creates the Secret; if another replica created it
+// meanwhile, it loads theirs. It never overwrites: an invalid Secret is an
+// error.
+func (s *SecretStore) LoadOrCreate(ctx context.Context) (State, error) {
+	st, err := s.load(ctx)
+	if !apierrors.IsNotFound(err) {
+		return st, err
+	}
+	st, err = s.create(ctx)
+	if !apierrors.IsAlreadyExists(err) {
+		return st, err
+	}
+	s.log.InfoContext(ctx, "another replica created the CA Secret first; loading it")
+	return s.load(ctx)
+}
+
+func (s *SecretStore) load(ctx context.Context) (State, error) {
+	sec, err := s.get(ctx)
+	if err != nil {
+		return State{}, err
+	}
+	st, err := Decode(sec.Data)
+	if err != nil {
+		return State{}, fmt.Errorf("castate: Secret %s/%s: %w", s.ns, s.name, err)
+	}
+	s.current.Store(&st)
+	return st, nil
+}
+
+func (s *SecretStore) create(ctx context.Context) (State, error) {
+	if s.generate == nil {
+		return State{}, fmt.Errorf("castate: Secret %s/%s does not exist and the store has no Generate", s.ns, s.name)
+	}
+	now := s.clock.Now()
+	m, err := s.generate(now)
+	if err != nil {
+		return State{}, fmt.Errorf("castate: generating the first root: %w", err)
+	}
+	st := State{Authorities: []Authority{{
+		Cert: m.Cert, Key: m.Signer, Status: StatusActive, PreparedAt: now, ActivatedAt: now,
+	}}}
+	data, err := Encode(st)
+	if err != nil {
+		return State{}, err
+	}
+	sec := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
+		Type:       corev1.SecretTypeOpaque,
+		Data:       data,
+	}
+	if _, err := s.client.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
+		return State{}, fmt.Errorf("create Secret %s/%s: %w", s.ns, s.name, err)
+	}
+	s.log.InfoContext(ctx, "created the CA Secret with a new root", "serial", fmt.Sprintf("%x", m.Cert.SerialNumber))
+	s.current.Store(&st)
+	return st, nil
+}
+
+// Update changes the state with fn, read-modify-write: it reads the Secret,
+// calls fn with its state, validates the result and writes it with the
+// resourceVersion it read. On a conflict it starts over, so fn may be
+// called several times and must decide from the state it is given. If fn
+// returns a state that encodes to what the Secret holds, nothing is
+// written. An invalid Secret is an error: Update never replaces what it
+// cannot read.
+func (s *SecretStore) Update(ctx context.Context, fn func(State) (State, error)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		return s.updateOnce(ctx, fn)
+	})
+}
+
+func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, error)) error {
+	sec, err := s.get(ctx)
+	if err != nil {
+		return err
+	}
+	cur, err := Decode(sec.Data)
+	if err != nil {
+		return fmt.Errorf("castate: Secret %s/%s: %w", s.ns, s.name, err)
+	}
+	next, err := fn(cur)
+	if err != nil {
+		return err
+	}
+	data, err := Encode(next)
+	if err != nil {
+		return err
+	}
+	if sameData(sec, data) {
+		return nil
+	}
+	upd := sec.DeepCopy()
+	if upd.Data == nil {
+		upd.Data = map[string][]byte{}
+	}
+	maps.Copy(upd.Data, data) // keys others added stay
+	if upd.Labels == nil {
+		upd.Labels = map[string]string{}
+	}
+	upd.Labels[LabelManagedBy] = ManagedByValue
+	if _, err := s.client.CoreV1().Secrets(s.ns).Update(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		return fmt.Errorf("update Secret %s/%s: %w", s.ns, s.name, err)
+	}
+	return nil
+}
+
+// sameData reports whether sec already holds data and our label.
+func sameData(sec *corev1.Secret, data map[string][]byte) bool {
+	for k, v := range data {
+		if !bytes.Equal(sec.Data[k], v) {
+			return false
+		}
+	}
+	return sec.Labels[LabelManagedBy] == ManagedByValue
+}
+
+func (s *SecretStore) get(ctx context.Context) (*corev1.Secret, error) {
+	sec, err := s.client.CoreV1().Secrets(s.ns).Get(ctx, s.name, metav1.GetOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("get Secret %s/%s: %w", s.ns, s.name, err)
+	}
+	return sec, nil
+}

@@ -1,0 +1,194 @@
+package rotation
+
+import (
+	"crypto/x509"
+	"slices"
+	"time"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/castate"
+)
+
+// Step is one change to the CA state.
+type Step string
+
+// The steps Plan returns; their values are safe as metric labels.
+const (
+	// StepNone: nothing can ever be done (the state has no active root).
+	StepNone Step = "none"
+	// StepPrepare adds a new root, prepared: in the bundle, not signing.
+	StepPrepare Step = "prepare"
+	// StepActivate makes the prepared root sign; in the same write the
+	// active root starts retiring, so exactly one root always signs.
+	StepActivate Step = "activate"
+	// StepRetireStart abandons a prepared root that can no longer sign a
+	// full-length leaf (a leader was down through its window, or its
+	// certificate is too short-lived). It retires like a root that has
+	// signed: conservative, since only the Secret says it has not.
+	StepRetireStart Step = "retire-start"
+	// StepRemove drops the root that has been retiring longest from the
+	// bundle.
+	StepRemove Step = "remove"
+)
+
+// Plan returns the next step for state s and when it is due; a step whose
+// time is not after now is due now. It is a pure function of its
+// arguments; p must be valid (see Policy.Validate). With the active root
+// A, of lifetime L = A.NotAfter − A.NotBefore:
+//
+//   - A stops being due to sign at activate = min(A.NotBefore + ActivateAt·L,
+//     A.NotAfter − LeafMaxTTL): it never signs when it could not outlive a
+//     leaf of LeafMaxTTL.
+//   - Without a prepared root, prepare at min(A.NotBefore + PrepareAt·L,
+//     activate − PropagationDelay), but not before activate + LeafMaxTTL −
+//     CATTL, so that the new root outlives its own leaves from activate on.
+//   - A prepared root P activates at max(P.PreparedAt + PropagationDelay,
+//     P.NotBefore, min(activate, P.NotAfter − LeafMaxTTL)), or as soon as
+//     P is valid if A has expired (an expired root cannot sign at all, so
+//     waiting for propagation would only prolong the outage). If P can no
+//     longer sign a full-length leaf, it is retired (StepRetireStart) and
+//     a fresh root is prepared.
+//   - A retiring root is removed at RetiringSince + LeafMaxTTL +
+//     SkewMargin, never before.
+//
+// When several steps are due, the one due first comes first; on a tie,
+// removal.
+func Plan(s castate.State, now time.Time, p Policy) (Step, time.Time) {
+	active, ok := find(s, castate.StatusActive)
+	if !ok {
+		return StepNone, time.Time{}
+	}
+	next := due{step: StepNone}
+	for _, a := range s.Authorities {
+		if a.Status == castate.StatusRetiring {
+			next = next.sooner(StepRemove, a.RetiringSince.Add(p.retireAfter()))
+		}
+	}
+	if prep, ok := find(s, castate.StatusPrepared); ok {
+		next = next.sooner(planPrepared(active.Cert, prep, now, p))
+	} else {
+		next = next.sooner(StepPrepare, prepareTime(active.Cert, p))
+	}
+	return next.step, next.at
+}
+
+// planPrepared decides between activating and abandoning prep.
+func planPrepared(active *x509.Certificate, prep castate.Authority, now time.Time, p Policy) (Step, time.Time) {
+	earliest := later(prep.PreparedAt.Add(p.PropagationDelay), prep.Cert.NotBefore)
+	deadline := signDeadline(prep.Cert, p)
+	switch {
+	case deadline.Before(earliest) || now.After(deadline):
+		return StepRetireStart, now
+	case !now.Before(active.NotAfter):
+		return StepActivate, later(now, prep.Cert.NotBefore)
+	}
+	return StepActivate, later(earliest, earlier(activateTime(active, p), deadline))
+}
+
+// activateTime is when the active root c should hand over.
+func activateTime(c *x509.Certificate, p Policy) time.Time {
+	return earlier(c.NotBefore.Add(fraction(lifetime(c), p.ActivateAt)), signDeadline(c, p))
+}
+
+// prepareTime is when the successor of the active root c is prepared.
+func prepareTime(c *x509.Certificate, p Policy) time.Time {
+	act := activateTime(c, p)
+	at := earlier(c.NotBefore.Add(fraction(lifetime(c), p.PrepareAt)), act.Add(-p.PropagationDelay))
+	return later(at, act.Add(p.LeafMaxTTL-p.CATTL))
+}
+
+// signDeadline is the last moment c can sign a leaf of LeafMaxTTL without
+// the leaf outliving c.
+func signDeadline(c *x509.Certificate, p Policy) time.Time {
+	return c.NotAfter.Add(-p.LeafMaxTTL)
+}
+
+func lifetime(c *x509.Certificate) time.Duration {
+	return c.NotAfter.Sub(c.NotBefore)
+}
+
+// Apply returns s after step, taken at now; s itself is not changed.
+// StepPrepare adds m (required) as the prepared root. A step that does
+// not apply to s (activating without a prepared root, say) returns s
+// unchanged. Apply does not check that the step is due: Plan does.
+func Apply(s castate.State, step Step, now time.Time, m *ca.Material) castate.State {
+	out, _ := apply(s, step, now, m)
+	return out
+}
+
+// apply is Apply, also reporting whether the step applied.
+func apply(s castate.State, step Step, now time.Time, m *ca.Material) (castate.State, bool) {
+	out := castate.State{Authorities: slices.Clone(s.Authorities)}
+	auths := out.Authorities
+	prep := slices.IndexFunc(auths, hasStatus(castate.StatusPrepared))
+	old := longestRetiring(auths)
+	switch {
+	case step == StepPrepare && m != nil && prep < 0:
+		out.Authorities = append(out.Authorities, castate.Authority{
+			Cert: m.Cert, Key: m.Signer, Status: castate.StatusPrepared, PreparedAt: now,
+		})
+	case step == StepActivate && prep >= 0:
+		if cur := slices.IndexFunc(auths, hasStatus(castate.StatusActive)); cur >= 0 {
+			auths[cur].Status, auths[cur].RetiringSince = castate.StatusRetiring, now
+		}
+		auths[prep].Status, auths[prep].ActivatedAt = castate.StatusActive, now
+	case step == StepRetireStart && prep >= 0:
+		auths[prep].Status, auths[prep].RetiringSince = castate.StatusRetiring, now
+	case step == StepRemove && old >= 0:
+		out.Authorities = slices.Delete(auths, old, old+1)
+	default:
+		return s, false
+	}
+	return out, true
+}
+
+// longestRetiring is the index of the retiring authority with the earliest
+// RetiringSince (the first of equals), or -1.
+func longestRetiring(auths []castate.Authority) int {
+	best := -1
+	for i, a := range auths {
+		if a.Status == castate.StatusRetiring && (best < 0 || a.RetiringSince.Before(auths[best].RetiringSince)) {
+			best = i
+		}
+	}
+	return best
+}
+
+func find(s castate.State, st castate.Status) (castate.Authority, bool) {
+	i := slices.IndexFunc(s.Authorities, hasStatus(st))
+	if i < 0 {
+		return castate.Authority{}, false
+	}
+	return s.Authorities[i], true
+}
+
+func hasStatus(st castate.Status) func(castate.Authority) bool {
+	return func(a castate.Authority) bool { return a.Status == st }
+}
+
+// due is a step and its time; sooner keeps the earlier of two.
+type due struct {
+	step Step
+	at   time.Time
+}
+
+func (d due) sooner(step Step, at time.Time) due {
+	if d.step == StepNone || at.Before(d.at) {
+		return due{step: step, at: at}
+	}
+	return d
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func earlier(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}

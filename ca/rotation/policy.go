@@ -1,0 +1,106 @@
+package rotation
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// Defaults of Policy; see the package documentation for why.
+const (
+	DefaultCATTL            = 2 * 365 * 24 * time.Hour
+	DefaultPrepareAt        = 1.0 / 2
+	DefaultActivateAt       = 5.0 / 6
+	DefaultPropagationDelay = 24 * time.Hour
+	DefaultLeafMaxTTL       = ca.DefaultMaxTTL
+	DefaultSkewMargin       = time.Hour
+)
+
+// Policy says when to rotate. Zero fields take the defaults above (see
+// WithDefaults); use Validate before Plan.
+type Policy struct {
+	// CATTL is the lifetime of a generated root. The caller's Generate
+	// must give roots this lifetime; Plan reads lifetimes from the
+	// certificates themselves.
+	CATTL time.Duration
+	// PrepareAt is the fraction of the active root's lifetime at which
+	// the next root is prepared (enters the bundle).
+	PrepareAt float64
+	// ActivateAt is the fraction of the active root's lifetime at which
+	// the prepared root starts signing.
+	ActivateAt float64
+	// PropagationDelay is the least time a prepared root spends in the
+	// bundle before it signs, for every verifier to learn it.
+	PropagationDelay time.Duration
+	// LeafMaxTTL is the longest lifetime of a leaf the CA issues (the
+	// CA's ca.Config.MaxTTL). A root signs only while it can outlive such
+	// a leaf, and stays in the bundle that long after it stops signing.
+	LeafMaxTTL time.Duration
+	// SkewMargin is added to LeafMaxTTL before a retiring root is
+	// removed: clock skew, and replicas that switch signer late.
+	SkewMargin time.Duration
+}
+
+// DefaultPolicy returns the policy with every default.
+func DefaultPolicy() Policy {
+	p, _ := Policy{}.WithDefaults()
+	return p
+}
+
+// WithDefaults returns p with zero fields defaulted, and Validate's
+// verdict on the result.
+func (p Policy) WithDefaults() (Policy, error) {
+	if p.CATTL == 0 {
+		p.CATTL = DefaultCATTL
+	}
+	if p.PrepareAt == 0 {
+		p.PrepareAt = DefaultPrepareAt
+	}
+	if p.ActivateAt == 0 {
+		p.ActivateAt = DefaultActivateAt
+	}
+	if p.PropagationDelay == 0 {
+		p.PropagationDelay = DefaultPropagationDelay
+	}
+	if p.LeafMaxTTL == 0 {
+		p.LeafMaxTTL = DefaultLeafMaxTTL
+	}
+	if p.SkewMargin == 0 {
+		p.SkewMargin = DefaultSkewMargin
+	}
+	return p, p.Validate()
+}
+
+// Validate refuses a policy that cannot rotate safely: a root prepared at
+// PrepareAt of its predecessor's life must be able to spend
+// PropagationDelay in the bundle and then still sign a leaf of LeafMaxTTL
+// before its predecessor would outlive its own leaves, that is
+// CATTL × (1 − PrepareAt) ≥ LeafMaxTTL + PropagationDelay.
+func (p Policy) Validate() error {
+	switch {
+	case p.CATTL <= 0 || p.LeafMaxTTL <= 0:
+		return errors.New("rotation: CATTL and LeafMaxTTL must be positive")
+	case p.PropagationDelay < 0 || p.SkewMargin < 0:
+		return errors.New("rotation: PropagationDelay and SkewMargin must not be negative")
+	case !(0 < p.PrepareAt && p.PrepareAt < p.ActivateAt && p.ActivateAt < 1):
+		return fmt.Errorf("rotation: want 0 < PrepareAt (%g) < ActivateAt (%g) < 1", p.PrepareAt, p.ActivateAt)
+	}
+	room := fraction(p.CATTL, 1-p.PrepareAt)
+	if need := p.LeafMaxTTL + p.PropagationDelay; room < need {
+		return fmt.Errorf("rotation: CATTL %v leaves %v after PrepareAt, less than LeafMaxTTL + PropagationDelay = %v",
+			p.CATTL, room, need)
+	}
+	return nil
+}
+
+// retireAfter is how long a root stays in the bundle once it stops signing.
+func (p Policy) retireAfter() time.Duration {
+	return p.LeafMaxTTL + p.SkewMargin
+}
+
+// fraction returns f × d.
+func fraction(d time.Duration, f float64) time.Duration {
+	return time.Duration(float64(d) * f)
+}
