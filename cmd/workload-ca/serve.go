@@ -7,12 +7,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
+	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
 )
 
@@ -21,6 +24,9 @@ type serveConfig struct {
 	ListenAddr      string
 	TrustDomain     spiffeid.TrustDomain
 	CADir           string
+	CASecret        types.NamespacedName
+	CATTL           time.Duration
+	Propagation     time.Duration
 	CAKeyType       string
 	DefaultTTL      time.Duration
 	MaxTTL          time.Duration
@@ -57,13 +63,16 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c serveConfig
-	var td, tlsMin, logLevel string
+	var td, tlsMin, logLevel, caSecret string
 	dnsNames := listFlag{"localhost"}
 	audiences := listFlag{tokenreview.DefaultAudience}
 	agents := listFlag{"istio-system/ztunnel"}
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.StringVar(&td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
-	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout); a self-signed root is generated there when empty (required)")
+	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
+	fs.StringVar(&caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
+	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root; rotation prepares the next at half-life")
+	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs")
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 90*24*time.Hour, "longest certificate lifetime; longer requests are clamped")
@@ -100,11 +109,37 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, err
 	}
 	c.ServingDNSNames, c.TokenAudiences = dnsNames, audiences
-	return c, c.finish(td, tlsMin, logLevel, agents)
+	return c, c.finish(td, tlsMin, logLevel, caSecret, agents)
+}
+
+// finishCA checks the CA source: exactly one of --ca-dir and --ca-secret,
+// and a rotation policy that fits the leaf lifetimes.
+func (c *serveConfig) finishCA(caSecret string) []error {
+	switch {
+	case (c.CADir == "") == (caSecret == ""):
+		return []error{errors.New("exactly one of --ca-dir and --ca-secret is required")}
+	case c.CADir != "":
+		return nil
+	}
+	ns, name, ok := strings.Cut(caSecret, "/")
+	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
+		return []error{fmt.Errorf("--ca-secret %q: want namespace/name", caSecret)}
+	}
+	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
+	if _, err := c.rotationPolicy(); err != nil {
+		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --max-ttl): %w", err)}
+	}
+	return nil
+}
+
+// rotationPolicy is the rotation policy the flags describe; the longest
+// leaf the CA issues bounds how long an old root must stay trusted.
+func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
+	return rotation.Policy{CATTL: c.CATTL, PropagationDelay: c.Propagation, LeafMaxTTL: c.MaxTTL}.WithDefaults()
 }
 
 // finish parses the remaining string flags and validates the whole.
-func (c *serveConfig) finish(td, tlsMin, logLevel string, agents []string) error {
+func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret string, agents []string) error {
 	var errs []error
 	var err error
 	if c.TrustDomain, err = spiffeid.TrustDomainFromString(td); err != nil {
@@ -128,9 +163,7 @@ func (c *serveConfig) finish(td, tlsMin, logLevel string, agents []string) error
 		}
 		c.NodeAgents = append(c.NodeAgents, na)
 	}
-	if c.CADir == "" {
-		errs = append(errs, errors.New("--ca-dir is required"))
-	}
+	errs = append(errs, c.finishCA(caSecret)...)
 	if c.DefaultTTL <= 0 || c.MaxTTL < c.DefaultTTL {
 		errs = append(errs, fmt.Errorf("--default-ttl %v must be positive and at most --max-ttl %v", c.DefaultTTL, c.MaxTTL))
 	}

@@ -39,7 +39,21 @@ func TestParseServeFlags(t *testing.T) {
 					t.Fatalf("env fallback: %+v", c)
 				}
 			}},
-		{name: "ca dir required", args: nil, wantErr: "--ca-dir is required"},
+		{name: "a CA source is required", args: nil, wantErr: "exactly one of --ca-dir and --ca-secret"},
+		{name: "only one CA source", args: []string{"--ca-dir", "/ca", "--ca-secret", "ns/name"}, wantErr: "exactly one of"},
+		{name: "ca secret", args: []string{"--ca-secret", "istio-system/workload-ca"}, check: func(t *testing.T, c serveConfig) {
+			if c.CASecret.Namespace != "istio-system" || c.CASecret.Name != "workload-ca" {
+				t.Fatalf("CASecret = %v", c.CASecret)
+			}
+		}},
+		{name: "ca secret needs a namespace", args: []string{"--ca-secret", "workload-ca"}, wantErr: "want namespace/name"},
+		{name: "rotation policy must leave room for the longest leaf", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "rotation policy"},
+		{name: "short fast rotation for tests", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "60s", "--max-ttl", "10s", "--default-ttl", "10s", "--rotation-propagation-delay", "5s"}, check: func(t *testing.T, c serveConfig) {
+			p, err := c.rotationPolicy()
+			if err != nil || p.CATTL != time.Minute || p.LeafMaxTTL != 10*time.Second {
+				t.Fatalf("policy = %+v, %v", p, err)
+			}
+		}},
 		{name: "bad trust domain", args: []string{"--ca-dir", "/ca", "--trust-domain", "Not A Domain"}, wantErr: "--trust-domain"},
 		{name: "bad node agent", args: []string{"--ca-dir", "/ca", "--node-agents", "ztunnel"}, wantErr: "--node-agents"},
 		{name: "default ttl over max", args: []string{"--ca-dir", "/ca", "--default-ttl", "48h", "--max-ttl", "24h"}, wantErr: "--default-ttl"},

@@ -25,7 +25,9 @@ import (
 	"github.com/workload-ca/workload-ca/authz/podindex"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
@@ -80,6 +82,8 @@ type app struct {
 	adminLis  net.Listener
 	// phase reports the rotation phase for metrics (nil: no rotation).
 	phase func() string
+	// extraChecks are readiness checks of the CA source.
+	extraChecks []admin.Check
 	// replicaTasks run on every replica; leaderTasks on the leader only.
 	replicaTasks []func(ctx context.Context) error
 	leaderTasks  []leaderTask
@@ -108,9 +112,18 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	return a.run(ctx)
 }
 
-// loadCA loads the CA from --ca-dir (generating a root there on first
-// start) and keeps following the directory.
-func (a *app) loadCA(context.Context) error {
+// loadCA loads the CA from its Secret or its directory and keeps following
+// it on every replica.
+func (a *app) loadCA(ctx context.Context) error {
+	if a.cfg.CASecret.Name != "" {
+		return a.loadCASecret(ctx)
+	}
+	return a.loadCADir()
+}
+
+// loadCADir loads the CA from --ca-dir (generating a root there on first
+// start) and reloads it when the files change.
+func (a *app) loadCADir() error {
 	m, created, err := keystore.LoadOrCreate(a.cfg.CADir, keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain}, time.Now())
 	if err != nil {
 		return err
@@ -129,6 +142,68 @@ func (a *app) loadCA(context.Context) error {
 	a.replicaTasks = append(a.replicaTasks, w.Run)
 	return nil
 }
+
+// loadCASecret loads the CA's roots from --ca-secret (the first replica
+// creates it), follows the Secret on every replica, and has the leader
+// drive rotation.
+func (a *app) loadCASecret(ctx context.Context) error {
+	policy, err := a.cfg.rotationPolicy()
+	if err != nil {
+		return err
+	}
+	generate := func(now time.Time) (*ca.Material, error) {
+		return keystore.GenerateRoot(keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain, Lifetime: policy.CATTL}, now)
+	}
+	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube, Namespace: a.cfg.CASecret.Namespace,
+		Name: a.cfg.CASecret.Name, Generate: generate, Logger: a.log.With("component", "ca-secret")})
+	if err != nil {
+		return err
+	}
+	st, err := store.LoadOrCreate(ctx)
+	if err != nil {
+		return err
+	}
+	m, err := st.Material()
+	if err != nil {
+		return err
+	}
+	if err := a.newAuthority(m); err != nil {
+		return err
+	}
+	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
+		Observer: rotationMetrics{a.metrics}, Logger: a.log.With("component", "rotation")})
+	if err != nil {
+		return err
+	}
+	a.onMaterial = append(a.onMaterial, rot.Notify)
+	a.replicaTasks = append(a.replicaTasks, func(ctx context.Context) error { return store.Run(ctx, a.followState) })
+	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "rotation", run: rot.Run})
+	a.phase = func() string { return store.Current().Phase() }
+	a.extraChecks = append(a.extraChecks, admin.Check{Name: "ca-secret", Check: func(context.Context) error {
+		return syncedErr(store.HasSynced())
+	}})
+	return nil
+}
+
+// followState installs the material of a new CA state seen in the Secret.
+func (a *app) followState(st castate.State) {
+	m, err := st.Material()
+	if err == nil {
+		err = a.setMaterial(m)
+	}
+	if err != nil {
+		a.log.Error("refused CA state from the Secret; the previous CA keeps serving", "error", err.Error())
+		return
+	}
+	a.log.Info("CA state updated", "phase", st.Phase(), "signing", m.Cert.Subject.String(), "roots", len(m.Roots))
+}
+
+// rotationMetrics adapts the metrics to rotation.Observer. The phase is read
+// at scrape time from the followed state instead, so every replica (not
+// only the leader) reports it.
+type rotationMetrics struct{ *metrics.Metrics }
+
+func (rotationMetrics) Phase(string) {}
 
 func (a *app) newAuthority(m *ca.Material) error {
 	var err error
@@ -182,10 +257,10 @@ func (a *app) buildServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.readiness = admin.NewReadiness(
-		admin.Check{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
-		admin.Check{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
-	)
+	a.readiness = admin.NewReadiness(append([]admin.Check{
+		{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
+		{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
+	}, a.extraChecks...)...)
 	svc, err := server.NewService(server.Config{
 		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
 		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
@@ -212,7 +287,7 @@ func (a *app) buildServer(ctx context.Context) error {
 
 func syncedErr(synced bool) error {
 	if !synced {
-		return errors.New("initial pod list not done")
+		return errors.New("initial list not done")
 	}
 	return nil
 }
