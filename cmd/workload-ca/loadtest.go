@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -10,7 +9,6 @@ import (
 	"io"
 	"time"
 
-	"go.step.sm/crypto/pemutil"
 
 	"github.com/workload-ca/workload-ca/loadtest"
 )
@@ -106,13 +104,8 @@ func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) e
 	if err != nil {
 		return err
 	}
-	roots, err := pemutil.ReadCertificateBundle(c.rootCert)
-	if err != nil {
-		return fmt.Errorf("--root-cert: %w", err)
-	}
-	c.run.Roots = x509.NewCertPool()
-	for _, r := range roots {
-		c.run.Roots.AddCert(r)
+	if c.run.Roots, err = rootPool(c.rootCert); err != nil {
+		return err
 	}
 	plan, err := loadtest.ReadPlanFile(c.planFile)
 	if err != nil {

@@ -79,17 +79,13 @@ func runRequest(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	if err != nil {
 		return err
 	}
-	roots, err := pemutil.ReadCertificateBundle(cfg.RootCert)
+	pool, err := rootPool(cfg.RootCert)
 	if err != nil {
-		return fmt.Errorf("--root-cert: %w", err)
+		return err
 	}
 	token, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
 		return fmt.Errorf("--token-file: %w", err)
-	}
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
 	}
 	client, err := caclient.Dial(caclient.Config{Address: cfg.Addr, Roots: pool, ServerName: cfg.ServerName})
 	if err != nil {
@@ -164,4 +160,18 @@ func writeResult(dir string, res *caclient.Result) error {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "root-cert.pem"), []byte(res.PEM[len(res.PEM)-1]), 0o600)
+}
+
+// rootPool reads the PEM roots that verify the CA's serving certificate
+// (ztunnel's CA_ROOT_CA).
+func rootPool(path string) (*x509.CertPool, error) {
+	roots, err := pemutil.ReadCertificateBundle(path)
+	if err != nil {
+		return nil, fmt.Errorf("--root-cert: %w", err)
+	}
+	pool := x509.NewCertPool()
+	for _, r := range roots {
+		pool.AddCert(r)
+	}
+	return pool, nil
 }
