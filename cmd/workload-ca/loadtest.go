@@ -9,7 +9,6 @@ import (
 	"io"
 	"time"
 
-
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
