@@ -20,7 +20,9 @@ const (
 	KeyState = "ca-state.json"
 	// KeyRootCert and KeyCACert both hold the root bundle (every
 	// authority's certificate, PEM), for consumers of the Istio and the
-	// cert-manager layout. They are written, never read.
+	// cert-manager layout. They are written, never read, and only for
+	// self-signed roots (KindRoots): the bundle of intermediates is not in
+	// the state.
 	KeyRootCert = "root-cert.pem"
 	KeyCACert   = "ca.crt"
 )
@@ -31,8 +33,12 @@ const formatVersion = 1
 
 // stateJSON is the serialized form of a State. Times are RFC 3339 in UTC
 // (with fractional seconds, so that a round trip is exact), empty when zero.
+// Kind is omitted for self-signed roots, so that their encoding is the
+// one of replicas that know no kinds, and such replicas refuse (as an
+// unknown field) a state of intermediates.
 type stateJSON struct {
 	Version     int             `json:"version"`
+	Kind        Kind            `json:"kind,omitempty"`
 	Authorities []authorityJSON `json:"authorities"`
 }
 
@@ -46,13 +52,14 @@ type authorityJSON struct {
 }
 
 // Encode validates s and returns the Secret data that holds it: KeyState,
-// and the root bundle under KeyRootCert and KeyCACert. The output is a
-// function of s: encoding an unchanged state gives the same bytes.
+// and for self-signed roots the root bundle under KeyRootCert and
+// KeyCACert. The output is a function of s: encoding an unchanged state
+// gives the same bytes.
 func Encode(s State) (map[string][]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
-	out := stateJSON{Version: formatVersion, Authorities: make([]authorityJSON, len(s.Authorities))}
+	out := stateJSON{Version: formatVersion, Kind: s.Kind, Authorities: make([]authorityJSON, len(s.Authorities))}
 	var bundle bytes.Buffer
 	for i, a := range s.Authorities {
 		key, err := pemutil.Serialize(a.Key, pemutil.WithPKCS8(true))
@@ -73,6 +80,9 @@ func Encode(s State) (map[string][]byte, error) {
 	state, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return nil, err
+	}
+	if s.Kind == KindIntermediates {
+		return map[string][]byte{KeyState: state}, nil
 	}
 	return map[string][]byte{
 		KeyState:    state,
@@ -100,7 +110,7 @@ func Decode(data map[string][]byte) (State, error) {
 	if n := len(in.Authorities); n == 0 || n > MaxAuthorities {
 		return State{}, invalid("%d authorities, want 1 to %d", n, MaxAuthorities)
 	}
-	s := State{Authorities: make([]Authority, len(in.Authorities))}
+	s := State{Kind: in.Kind, Authorities: make([]Authority, len(in.Authorities))}
 	for i, a := range in.Authorities {
 		var err error
 		if s.Authorities[i], err = a.decode(); err != nil {

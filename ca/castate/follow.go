@@ -70,7 +70,7 @@ func (f *follower) observe(obj any) {
 		return // another field changed, or a relist
 	}
 	f.seen = bytes.Clone(raw)
-	st, err := Decode(sec.Data)
+	st, err := f.s.decode(sec.Data)
 	if err != nil {
 		f.s.log.Error("ignoring an invalid CA state in the Secret; the previous state keeps serving",
 			"resourceVersion", sec.ResourceVersion, "error", err)

@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"go.step.sm/crypto/keyutil"
@@ -43,7 +44,23 @@ const (
 	PhaseRetiring = "retiring"
 )
 
-// Authority is one self-signed root and its key.
+// Kind is what the authorities of a State are.
+type Kind string
+
+// The kinds of State.
+const (
+	// KindRoots, the zero value: self-signed roots. The trust bundle is
+	// the authorities' certificates.
+	KindRoots Kind = ""
+	// KindIntermediates: intermediates, each issued by one of external
+	// roots (a plug-in root CA) whose keys the state never holds. The
+	// trust bundle is those roots, which the caller provides (see
+	// ValidateUnder); the state does not store them.
+	KindIntermediates Kind = "intermediates"
+)
+
+// Authority is one CA certificate and its key: a self-signed root or an
+// intermediate, as the State's Kind says.
 type Authority struct {
 	Cert   *x509.Certificate
 	Key    crypto.Signer
@@ -57,21 +74,28 @@ type Authority struct {
 // State is every authority of the CA, oldest first. Its values are shared,
 // never mutated: functions that change a State return a new one.
 type State struct {
+	Kind        Kind
 	Authorities []Authority
 }
 
-// Validate reports whether s can serve: at most MaxAuthorities, exactly one
-// active, at most one prepared, every certificate a self-signed CA that may
-// sign certificates, every key matching its certificate, no certificate or
-// key twice, and the timestamps each status needs. It does not look at the
-// clock: whether the active root is still valid is the signer's concern.
+// Validate reports whether s can serve: a known Kind, at most
+// MaxAuthorities, exactly one active, at most one prepared, every
+// certificate a CA that may sign certificates (self-signed for KindRoots,
+// not self-signed for KindIntermediates), every key matching its
+// certificate, no certificate or key twice, and the timestamps each status
+// needs. It does not look at the clock: whether the active authority is
+// still valid is the signer's concern; nor at external roots: see
+// ValidateUnder.
 func (s State) Validate() error {
+	if s.Kind != KindRoots && s.Kind != KindIntermediates {
+		return invalid("unknown kind %q", s.Kind)
+	}
 	if n := len(s.Authorities); n == 0 || n > MaxAuthorities {
 		return invalid("%d authorities, want 1 to %d", n, MaxAuthorities)
 	}
 	count := map[Status]int{}
 	for i, a := range s.Authorities {
-		if err := a.validate(); err != nil {
+		if err := a.validate(s.Kind); err != nil {
 			return invalid("authority %d: %v", i, err)
 		}
 		if err := a.unlike(s.Authorities[:i]); err != nil {
@@ -88,6 +112,43 @@ func (s State) Validate() error {
 	return nil
 }
 
+// ValidateUnder is Validate, and checks that s fits roots, the trust
+// bundle the caller holds outside the state. Without roots, s must hold
+// self-signed roots. With roots, s must hold intermediates, every one of
+// them (prepared, active and retiring alike: a retiring intermediate's
+// leaves are still in use, and verify only through its root) issued by
+// one of roots, which must be CA certificates. A state of the other kind
+// is refused, never reinterpreted.
+func (s State) ValidateUnder(roots []*x509.Certificate) error {
+	if err := s.Validate(); err != nil {
+		return err
+	}
+	switch {
+	case len(roots) == 0 && s.Kind == KindIntermediates:
+		return invalid("the state holds intermediates of external roots, but no roots were given")
+	case len(roots) > 0 && s.Kind == KindRoots:
+		return invalid("the state holds self-signed roots, but external roots were given")
+	case s.Kind == KindRoots:
+		return nil
+	}
+	for i, r := range roots {
+		if r == nil || !r.BasicConstraintsValid || !r.IsCA {
+			return invalid("external root %d is not a CA certificate", i)
+		}
+	}
+	for i, a := range s.Authorities {
+		if !slices.ContainsFunc(roots, func(r *x509.Certificate) bool { return issued(r, a.Cert) }) {
+			return invalid("authority %d: %s is issued by none of the %d external roots", i, describe(a.Cert), len(roots))
+		}
+	}
+	return nil
+}
+
+// issued reports whether c was issued by r: names and signature.
+func issued(r, c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, r.RawSubject) && c.CheckSignatureFrom(r) == nil
+}
+
 // Active returns the active authority, or the zero Authority if s has none.
 func (s State) Active() Authority {
 	for _, a := range s.Authorities {
@@ -98,19 +159,30 @@ func (s State) Active() Authority {
 	return Authority{}
 }
 
-// Material returns the signing material of a valid state: the active key
-// and certificate, and every authority's certificate (prepared, active and
-// retiring) as the root bundle, oldest first.
+// Material returns the signing material of a valid state of self-signed
+// roots: the active key and certificate, and every authority's certificate
+// (prepared, active and retiring) as the root bundle, oldest first.
 func (s State) Material() (*ca.Material, error) {
-	if err := s.Validate(); err != nil {
+	return s.MaterialUnder(nil)
+}
+
+// MaterialUnder returns the signing material of a state valid under roots
+// (see ValidateUnder). Without roots, it is Material. With roots: the
+// active intermediate's key and certificate, no further intermediates
+// (roots issue the intermediates directly), and roots as the bundle.
+func (s State) MaterialUnder(roots []*x509.Certificate) (*ca.Material, error) {
+	if err := s.ValidateUnder(roots); err != nil {
 		return nil, err
 	}
 	a := s.Active()
-	roots := make([]*x509.Certificate, len(s.Authorities))
-	for i, x := range s.Authorities {
-		roots[i] = x.Cert
+	if s.Kind == KindIntermediates {
+		return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: slices.Clone(roots)}, nil
 	}
-	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: roots}, nil
+	bundle := make([]*x509.Certificate, len(s.Authorities))
+	for i, x := range s.Authorities {
+		bundle[i] = x.Cert
+	}
+	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: bundle}, nil
 }
 
 // Phase names the rotation phase for metrics: PhasePrepared while a next
@@ -129,19 +201,21 @@ func (s State) Phase() string {
 	return phase
 }
 
-// validate checks one authority on its own.
-func (a Authority) validate() error {
+// validate checks one authority of a state of kind k on its own.
+func (a Authority) validate(k Kind) error {
 	if a.Cert == nil || a.Key == nil {
 		return errors.New("missing certificate or key")
 	}
 	c := a.Cert
-	switch {
+	switch selfSigned := issued(c, c); {
 	case !c.BasicConstraintsValid || !c.IsCA:
 		return fmt.Errorf("%s is not a CA certificate", describe(c))
 	case c.KeyUsage&x509.KeyUsageCertSign == 0:
 		return fmt.Errorf("%s: key usage lacks certSign", describe(c))
-	case !bytes.Equal(c.RawIssuer, c.RawSubject) || c.CheckSignatureFrom(c) != nil:
+	case k == KindRoots && !selfSigned:
 		return fmt.Errorf("%s is not self-signed", describe(c))
+	case k == KindIntermediates && selfSigned:
+		return fmt.Errorf("%s is self-signed, want an intermediate", describe(c))
 	case !keyutil.Equal(c.PublicKey, a.Key.Public()):
 		return fmt.Errorf("key does not match certificate %s", describe(c))
 	}

@@ -3,10 +3,12 @@ package castate
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -32,10 +34,18 @@ type SecretConfig struct {
 	Client    kubernetes.Interface
 	Namespace string
 	Name      string
-	// Generate returns a new self-signed root; LoadOrCreate calls it when
-	// the Secret does not exist. Nil means load only: LoadOrCreate then
-	// fails on a missing Secret.
+	// Generate returns a new self-signed root, or with Roots a new
+	// intermediate issued by one of them (keystore.GenerateIntermediate);
+	// LoadOrCreate calls it when the Secret does not exist. Nil means load
+	// only: LoadOrCreate then fails on a missing Secret.
 	Generate func(now time.Time) (*ca.Material, error)
+	// Roots, when set, are the external roots (a plug-in root CA's trust
+	// bundle): the Secret then holds intermediates issued by them
+	// (KindIntermediates), never their keys. Every state the store reads
+	// or writes must be valid under Roots (State.ValidateUnder): a Secret
+	// of the other kind, or with an intermediate none of Roots issued, is
+	// refused like any invalid state.
+	Roots []*x509.Certificate
 	// Clock dates the first authority. Default the real clock.
 	Clock  clock.PassiveClock
 	Logger *slog.Logger
@@ -46,6 +56,7 @@ type SecretStore struct {
 	client   kubernetes.Interface
 	ns, name string
 	generate func(time.Time) (*ca.Material, error)
+	roots    []*x509.Certificate
 	clock    clock.PassiveClock
 	log      *slog.Logger
 
@@ -73,6 +84,7 @@ func NewSecretStore(cfg SecretConfig) (*SecretStore, error) {
 		ns:       cfg.Namespace,
 		name:     cfg.Name,
 		generate: cfg.Generate,
+		roots:    slices.Clone(cfg.Roots),
 		clock:    cfg.Clock,
 		log:      cfg.Logger.With("secret", cfg.Namespace+"/"+cfg.Name),
 	}, nil
@@ -110,7 +122,7 @@ func (s *SecretStore) load(ctx context.Context) (State, error) {
 	if err != nil {
 		return State{}, err
 	}
-	st, err := Decode(sec.Data)
+	st, err := s.decode(sec.Data)
 	if err != nil {
 		return State{}, fmt.Errorf("castate: Secret %s/%s: %w", s.ns, s.name, err)
 	}
@@ -125,11 +137,14 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 	now := s.clock.Now()
 	m, err := s.generate(now)
 	if err != nil {
-		return State{}, fmt.Errorf("castate: generating the first root: %w", err)
+		return State{}, fmt.Errorf("castate: generating the first %s: %w", s.noun(), err)
 	}
-	st := State{Authorities: []Authority{{
+	st := State{Kind: s.kind(), Authorities: []Authority{{
 		Cert: m.Cert, Key: m.Signer, Status: StatusActive, PreparedAt: now, ActivatedAt: now,
 	}}}
+	if err := st.ValidateUnder(s.roots); err != nil {
+		return State{}, err
+	}
 	data, err := Encode(st)
 	if err != nil {
 		return State{}, err
@@ -142,7 +157,7 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 	if _, err := s.client.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
 		return State{}, fmt.Errorf("create Secret %s/%s: %w", s.ns, s.name, err)
 	}
-	s.log.InfoContext(ctx, "created the CA Secret with a new root", "serial", fmt.Sprintf("%x", m.Cert.SerialNumber))
+	s.log.InfoContext(ctx, "created the CA Secret with a new "+s.noun(), "serial", fmt.Sprintf("%x", m.Cert.SerialNumber))
 	s.current.Store(&st)
 	return st, nil
 }
@@ -165,12 +180,15 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 	if err != nil {
 		return err
 	}
-	cur, err := Decode(sec.Data)
+	cur, err := s.decode(sec.Data)
 	if err != nil {
 		return fmt.Errorf("castate: Secret %s/%s: %w", s.ns, s.name, err)
 	}
 	next, err := fn(cur)
 	if err != nil {
+		return err
+	}
+	if err := next.ValidateUnder(s.roots); err != nil {
 		return err
 	}
 	data, err := Encode(next)
@@ -193,6 +211,34 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 		return fmt.Errorf("update Secret %s/%s: %w", s.ns, s.name, err)
 	}
 	return nil
+}
+
+// decode is Decode, and checks that the state fits the store's roots.
+func (s *SecretStore) decode(data map[string][]byte) (State, error) {
+	st, err := Decode(data)
+	if err == nil {
+		err = st.ValidateUnder(s.roots)
+	}
+	if err != nil {
+		return State{}, err
+	}
+	return st, nil
+}
+
+// kind is the Kind of the states the store keeps.
+func (s *SecretStore) kind() Kind {
+	if len(s.roots) > 0 {
+		return KindIntermediates
+	}
+	return KindRoots
+}
+
+// noun names an authority of the store's kind in messages.
+func (s *SecretStore) noun() string {
+	if len(s.roots) > 0 {
+		return "intermediate"
+	}
+	return "root"
 }
 
 // sameData reports whether sec already holds data and our label.

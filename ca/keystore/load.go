@@ -51,34 +51,40 @@ func LoadDir(dir string) (*ca.Material, error) {
 }
 
 func loadDir(dir string, now time.Time) (*ca.Material, error) {
-	r, err := os.OpenRoot(dir)
-	if err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return nil, fmt.Errorf("ca-dir %s: %w: %w", dir, ErrNoMaterial, err)
-		}
-		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
+	m, err := readDir(dir, layouts())
+	if err == nil {
+		err = m.Validate(now)
 	}
-	defer r.Close()
-	l, err := detect(r)
 	if err != nil {
-		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
-	}
-	m, err := l.load(r)
-	if err != nil {
-		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
-	}
-	if err := m.Validate(now); err != nil {
 		return nil, fmt.Errorf("ca-dir %s: %w", dir, err)
 	}
 	return m, nil
 }
 
-// detect returns the first layout whose required files are all present.
-// Failing that, a layout with some of its files present is an error naming
-// the first missing file; no file at all is ErrNoMaterial.
-func detect(r *os.Root) (layout, error) {
+// readDir reads the material of the first complete layout of ls in dir,
+// without validating it.
+func readDir(dir string, ls []layout) (*ca.Material, error) {
+	r, err := os.OpenRoot(dir)
+	if err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%w: %w", ErrNoMaterial, err)
+		}
+		return nil, err
+	}
+	defer r.Close()
+	l, err := detect(r, ls)
+	if err != nil {
+		return nil, err
+	}
+	return l.load(r)
+}
+
+// detect returns the first layout of ls whose required files are all
+// present. Failing that, a layout with some of its files present is an
+// error naming the first missing file; no file at all is ErrNoMaterial.
+func detect(r *os.Root, ls []layout) (layout, error) {
 	var partialMissing string
-	for _, l := range layouts() {
+	for _, l := range ls {
 		present, missing, err := l.presence(r)
 		if err != nil {
 			return layout{}, err

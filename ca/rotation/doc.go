@@ -42,6 +42,28 @@
 //   - SkewMargin 1 hour, for clock skew between hosts and replicas that
 //     switch signer a little after the Secret changes.
 //
+// # Intermediates under a plug-in root
+//
+// When the state holds intermediates issued by an operator's root
+// (castate.KindIntermediates), the same steps rotate the intermediate, on
+// the same fractions of its lifetime (--ca-ttl, cut at the root's expiry),
+// with one difference: no PropagationDelay (see Policy.ForKind). The trust
+// bundle is the plug-in roots and does not change; every chain the CA
+// returns is [leaf, intermediate, roots], so a peer verifies a leaf of a
+// freshly activated intermediate with the roots it already has. The
+// retiring intermediate is in no bundle, but stays in the state until its
+// last leaf has expired (RetiringSince + LeafMaxTTL + SkewMargin), for the
+// record and so that its root is not dropped while it matters (castate
+// refuses a state whose intermediates the roots no longer issued).
+//
+// Rolling the plug-in root is the operator's: add the new root to the
+// bundle (root-cert.pem, after the signing root) and wait for every
+// verifier to learn it; then make it the signing root (first in
+// root-cert.pem, its key in root-key.pem) and restart the CA, so that the
+// next intermediate is issued by it; once no intermediate of the old root
+// is left in the state, remove the old root. Rotation does not hurry the
+// next intermediate when the root changes.
+//
 // # Limits
 //
 // Plan trusts the wall clock: a clock set forward makes steps due early

@@ -53,7 +53,11 @@ const (
 //
 // When several steps are due, the one due first comes first; on a tie,
 // removal.
+//
+// For a state of intermediates (castate.KindIntermediates) PropagationDelay
+// is zero: see Policy.ForKind.
 func Plan(s castate.State, now time.Time, p Policy) (Step, time.Time) {
+	p = p.ForKind(s.Kind)
 	active, ok := find(s, castate.StatusActive)
 	if !ok {
 		return StepNone, time.Time{}
@@ -107,8 +111,9 @@ func lifetime(c *x509.Certificate) time.Duration {
 	return c.NotAfter.Sub(c.NotBefore)
 }
 
-// Apply returns s after step, taken at now; s itself is not changed.
-// StepPrepare adds m (required) as the prepared root. A step that does
+// Apply returns s after step, taken at now; s itself is not changed, and
+// the result is of the same kind. StepPrepare adds m (required) as the
+// prepared root or intermediate. A step that does
 // not apply to s (activating without a prepared root, say) returns s
 // unchanged. Apply does not check that the step is due: Plan does.
 func Apply(s castate.State, step Step, now time.Time, m *ca.Material) castate.State {
@@ -118,7 +123,7 @@ func Apply(s castate.State, step Step, now time.Time, m *ca.Material) castate.St
 
 // apply is Apply, also reporting whether the step applied.
 func apply(s castate.State, step Step, now time.Time, m *ca.Material) (castate.State, bool) {
-	out := castate.State{Authorities: slices.Clone(s.Authorities)}
+	out := castate.State{Kind: s.Kind, Authorities: slices.Clone(s.Authorities)}
 	auths := out.Authorities
 	prep := slices.IndexFunc(auths, hasStatus(castate.StatusPrepared))
 	old := longestRetiring(auths)

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/castate"
 )
 
 // Defaults of Policy; see the package documentation for why.
@@ -93,6 +94,21 @@ func (p Policy) Validate() error {
 			p.CATTL, room, need)
 	}
 	return nil
+}
+
+// ForKind returns the policy that rotates authorities of kind k: p itself
+// for self-signed roots; for intermediates, p without PropagationDelay.
+// Rotating an intermediate leaves the trust bundle (the external roots)
+// as it is, and every chain the CA returns carries the intermediate that
+// signed its leaf, so a verifier holding the roots verifies a leaf of the
+// new intermediate the moment it is issued: there is nothing to
+// propagate. (A verifier that pins intermediates, or a peer that sends
+// its leaf without the chain, is not supported either way.)
+func (p Policy) ForKind(k castate.Kind) Policy {
+	if k == castate.KindIntermediates {
+		p.PropagationDelay = 0
+	}
+	return p
 }
 
 // retireAfter is how long a root stays in the bundle once it stops signing.

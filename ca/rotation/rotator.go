@@ -48,7 +48,10 @@ type Observer interface {
 type Config struct {
 	Store Store
 	// Generate returns a new self-signed root with a new key, valid from
-	// now (or earlier) for Policy.CATTL, e.g. keystore.GenerateRoot.
+	// now (or earlier) for Policy.CATTL, e.g. keystore.GenerateRoot; or,
+	// if the Store holds intermediates (castate.KindIntermediates), a new
+	// intermediate issued by the external root, e.g.
+	// keystore.GenerateIntermediate.
 	Generate func(now time.Time) (*ca.Material, error)
 	// Policy's zero fields take the defaults; see Policy.
 	Policy   Policy
@@ -167,7 +170,7 @@ func (r *Rotator) take(ctx context.Context, now time.Time) (castate.State, error
 		var m *ca.Material
 		if step == StepPrepare {
 			var err error
-			if m, err = r.newRoot(now); err != nil {
+			if m, err = r.newAuthority(fresh.Kind, now); err != nil {
 				return fresh, err
 			}
 		}
@@ -189,19 +192,26 @@ func (r *Rotator) take(ctx context.Context, now time.Time) (castate.State, error
 	return after, nil
 }
 
-// newRoot generates the next root and checks that it can be activated
-// after PropagationDelay and then sign a leaf of LeafMaxTTL.
-func (r *Rotator) newRoot(now time.Time) (*ca.Material, error) {
+// newAuthority generates the next root or intermediate (as kind says) and
+// checks that it can be activated after PropagationDelay (none for
+// intermediates) and then sign a leaf of LeafMaxTTL. An intermediate cut
+// short by its root's expiry fails here until the operator rolls the root.
+func (r *Rotator) newAuthority(kind castate.Kind, now time.Time) (*ca.Material, error) {
+	noun := "root"
+	if kind == castate.KindIntermediates {
+		noun = "intermediate"
+	}
 	m, err := r.generate(now)
 	if err != nil {
-		return nil, fmt.Errorf("rotation: generating the next root: %w", err)
+		return nil, fmt.Errorf("rotation: generating the next %s: %w", noun, err)
 	}
 	if m == nil || m.Cert == nil || m.Signer == nil {
 		return nil, errors.New("rotation: Generate returned incomplete material")
 	}
-	if need := now.Add(r.policy.PropagationDelay + r.policy.LeafMaxTTL); m.Cert.NotAfter.Before(need) {
-		return nil, fmt.Errorf("rotation: generated root expires at %v, before %v (PropagationDelay + LeafMaxTTL from now)",
-			m.Cert.NotAfter, need)
+	p := r.policy.ForKind(kind)
+	if need := now.Add(p.PropagationDelay + p.LeafMaxTTL); m.Cert.NotAfter.Before(need) {
+		return nil, fmt.Errorf("rotation: generated %s expires at %v, before %v (PropagationDelay + LeafMaxTTL from now)",
+			noun, m.Cert.NotAfter, need)
 	}
 	return m, nil
 }

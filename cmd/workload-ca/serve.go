@@ -24,9 +24,11 @@ type serveConfig struct {
 	ListenAddr      string
 	TrustDomain     spiffeid.TrustDomain
 	CADir           string
+	CARootDir       string
 	CASecret        types.NamespacedName
 	CATTL           time.Duration
 	Propagation     time.Duration
+	SkewMargin      time.Duration
 	CAKeyType       string
 	DefaultTTL      time.Duration
 	MaxTTL          time.Duration
@@ -70,10 +72,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.StringVar(&td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
-	fs.StringVar(&caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
-	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root; rotation prepares the next at half-life")
-	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs")
-	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
+	fs.StringVar(&caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
+	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), read at start; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
+	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
+	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs (none for intermediates: the bundle does not change)")
+	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
+	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", 90*24*time.Hour, "longest certificate lifetime; longer requests are clamped")
 	fs.Var(&dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
@@ -113,9 +117,12 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 }
 
 // finishCA checks the CA source: exactly one of --ca-dir and --ca-secret,
-// and a rotation policy that fits the leaf lifetimes.
+// --ca-root-dir only with --ca-secret, and a rotation policy that fits the
+// leaf lifetimes.
 func (c *serveConfig) finishCA(caSecret string) []error {
 	switch {
+	case c.CARootDir != "" && caSecret == "":
+		return []error{errors.New("--ca-root-dir requires --ca-secret (the intermediates it issues are kept there)")}
 	case (c.CADir == "") == (caSecret == ""):
 		return []error{errors.New("exactly one of --ca-dir and --ca-secret is required")}
 	case c.CADir != "":
@@ -127,7 +134,7 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
 	if _, err := c.rotationPolicy(); err != nil {
-		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --max-ttl): %w", err)}
+		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
 	}
 	return nil
 }
@@ -135,7 +142,12 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 // rotationPolicy is the rotation policy the flags describe; the longest
 // leaf the CA issues bounds how long an old root must stay trusted.
 func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
-	return rotation.Policy{CATTL: c.CATTL, PropagationDelay: c.Propagation, LeafMaxTTL: c.MaxTTL}.WithDefaults()
+	if c.SkewMargin <= 0 {
+		// Policy reads a zero margin as "the default"; refuse rather than
+		// silently keep a retired root for an hour.
+		return rotation.Policy{}, fmt.Errorf("--rotation-skew-margin %v must be positive", c.SkewMargin)
+	}
+	return rotation.Policy{CATTL: c.CATTL, PropagationDelay: c.Propagation, LeafMaxTTL: c.MaxTTL, SkewMargin: c.SkewMargin}.WithDefaults()
 }
 
 // finish parses the remaining string flags and validates the whole.

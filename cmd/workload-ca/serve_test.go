@@ -47,6 +47,21 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "ca secret needs a namespace", args: []string{"--ca-secret", "workload-ca"}, wantErr: "want namespace/name"},
+		{name: "plug-in root", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca"}, check: func(t *testing.T, c serveConfig) {
+			if c.CARootDir != "/root-ca" || c.CASecret.Name != "ca" || c.CADir != "" {
+				t.Fatalf("CARootDir %q, CASecret %v, CADir %q", c.CARootDir, c.CASecret, c.CADir)
+			}
+		}},
+		{name: "plug-in root from the environment", args: []string{"--ca-secret", "ns/ca"}, env: map[string]string{"WORKLOAD_CA_CA_ROOT_DIR": "/root-ca"},
+			check: func(t *testing.T, c serveConfig) {
+				if c.CARootDir != "/root-ca" {
+					t.Fatalf("CARootDir = %q", c.CARootDir)
+				}
+			}},
+		{name: "plug-in root needs ca secret", args: []string{"--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
+		{name: "plug-in root is not for ca dir", args: []string{"--ca-dir", "/ca", "--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
+		{name: "plug-in root, still one CA source", args: []string{"--ca-dir", "/ca", "--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca"}, wantErr: "exactly one of"},
+		{name: "plug-in root, rotation policy still checked", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "rotation policy"},
 		{name: "rotation policy must leave room for the longest leaf", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "rotation policy"},
 		{name: "short fast rotation for tests", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "60s", "--max-ttl", "10s", "--default-ttl", "10s", "--rotation-propagation-delay", "5s"}, check: func(t *testing.T, c serveConfig) {
 			p, err := c.rotationPolicy()
@@ -54,6 +69,13 @@ func TestParseServeFlags(t *testing.T) {
 				t.Fatalf("policy = %+v, %v", p, err)
 			}
 		}},
+		{name: "rotation skew margin", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "60s", "--max-ttl", "8s", "--default-ttl", "8s", "--rotation-propagation-delay", "4s", "--rotation-skew-margin", "2s"}, check: func(t *testing.T, c serveConfig) {
+			p, err := c.rotationPolicy()
+			if err != nil || p.SkewMargin != 2*time.Second {
+				t.Fatalf("policy = %+v, %v", p, err)
+			}
+		}},
+		{name: "rotation skew margin must be positive", args: []string{"--ca-secret", "ns/ca", "--rotation-skew-margin", "0s"}, wantErr: "--rotation-skew-margin"},
 		{name: "bad trust domain", args: []string{"--ca-dir", "/ca", "--trust-domain", "Not A Domain"}, wantErr: "--trust-domain"},
 		{name: "bad node agent", args: []string{"--ca-dir", "/ca", "--node-agents", "ztunnel"}, wantErr: "--node-agents"},
 		{name: "default ttl over max", args: []string{"--ca-dir", "/ca", "--default-ttl", "48h", "--max-ttl", "24h"}, wantErr: "--default-ttl"},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -82,6 +83,9 @@ type app struct {
 	adminLis  net.Listener
 	// phase reports the rotation phase for metrics (nil: no rotation).
 	phase func() string
+	// caRoots are the plug-in roots of --ca-root-dir, the trust bundle of
+	// a Secret of intermediates; nil for self-signed roots.
+	caRoots []*x509.Certificate
 	// extraChecks are readiness checks of the CA source.
 	extraChecks []admin.Check
 	// replicaTasks run on every replica; leaderTasks on the leader only.
@@ -143,19 +147,20 @@ func (a *app) loadCADir() error {
 	return nil
 }
 
-// loadCASecret loads the CA's roots from --ca-secret (the first replica
-// creates it), follows the Secret on every replica, and has the leader
-// drive rotation.
+// loadCASecret loads the CA's roots, or with --ca-root-dir its
+// intermediates, from --ca-secret (the first replica creates it), follows
+// the Secret on every replica, and has the leader drive rotation.
 func (a *app) loadCASecret(ctx context.Context) error {
 	policy, err := a.cfg.rotationPolicy()
 	if err != nil {
 		return err
 	}
-	generate := func(now time.Time) (*ca.Material, error) {
-		return keystore.GenerateRoot(keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain, Lifetime: policy.CATTL}, now)
+	generate, err := a.caGenerator(policy)
+	if err != nil {
+		return err
 	}
 	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube, Namespace: a.cfg.CASecret.Namespace,
-		Name: a.cfg.CASecret.Name, Generate: generate, Logger: a.log.With("component", "ca-secret")})
+		Name: a.cfg.CASecret.Name, Generate: generate, Roots: a.caRoots, Logger: a.log.With("component", "ca-secret")})
 	if err != nil {
 		return err
 	}
@@ -163,7 +168,7 @@ func (a *app) loadCASecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := st.Material()
+	m, err := st.MaterialUnder(a.caRoots)
 	if err != nil {
 		return err
 	}
@@ -185,9 +190,28 @@ func (a *app) loadCASecret(ctx context.Context) error {
 	return nil
 }
 
+// caGenerator returns how the CA's next authority is made: a self-signed
+// root, or with --ca-root-dir an intermediate issued by the plug-in root,
+// which it loads (once: the directory is not reloaded) and whose roots it
+// sets as a.caRoots.
+func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material, error), error) {
+	opts := keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain, Lifetime: policy.CATTL}
+	if a.cfg.CARootDir == "" {
+		return func(now time.Time) (*ca.Material, error) { return keystore.GenerateRoot(opts, now) }, nil
+	}
+	root, err := keystore.LoadRootDir(a.cfg.CARootDir)
+	if err != nil {
+		return nil, err
+	}
+	a.caRoots = root.Roots
+	a.log.Info("plug-in root loaded; signing with intermediates issued by it", "dir", a.cfg.CARootDir,
+		"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "roots", len(root.Roots))
+	return func(now time.Time) (*ca.Material, error) { return keystore.GenerateIntermediate(root, opts, now) }, nil
+}
+
 // followState installs the material of a new CA state seen in the Secret.
 func (a *app) followState(st castate.State) {
-	m, err := st.Material()
+	m, err := st.MaterialUnder(a.caRoots)
 	if err == nil {
 		err = a.setMaterial(m)
 	}
