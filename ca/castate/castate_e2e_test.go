@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
@@ -60,7 +62,7 @@ func testRace(t *testing.T, client func() kubernetes.Interface) {
 		var wg sync.WaitGroup
 		for j := range 2 {
 			s, err := castate.NewSecretStore(castate.SecretConfig{
-				Client: client(), Namespace: testNS, Name: name, Generate: gen, Logger: testLogger(t),
+				Client: client(), Namespace: testNS, Name: name, Generate: gen, Logger: testlog.New(t),
 			})
 			if err != nil {
 				t.Fatal(err)
@@ -83,13 +85,13 @@ func testRace(t *testing.T, client func() kubernetes.Interface) {
 }
 
 func testFollow(t *testing.T, client func() kubernetes.Interface, admin kubernetes.Interface) {
-	leader := e2eStore(t, client(), "follow", testLogger(t))
+	leader := e2eStore(t, client(), "follow", testlog.New(t))
 	initial, err := leader.LoadOrCreate(t.Context())
 	if err != nil {
 		t.Fatal(err)
 	}
 	msgs := make(chan string, 64)
-	follower := e2eStore(t, client(), "follow", slog.New(msgHandler{testLogger(t).Handler(), msgs}))
+	follower := e2eStore(t, client(), "follow", slog.New(msgHandler{testlog.New(t).Handler(), msgs}))
 	states := follow(t, follower)
 	if got := next(t, states, "initial state"); !sameState(t, got, initial) || !follower.HasSynced() {
 		t.Fatalf("first state differs from the created one, or HasSynced = %v", follower.HasSynced())

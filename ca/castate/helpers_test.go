@@ -1,8 +1,6 @@
 package castate_test
 
 import (
-	"log/slog"
-	"strings"
 	"testing"
 	"time"
 
@@ -70,15 +68,4 @@ func mustEncode(t testing.TB, s castate.State) map[string][]byte {
 func sameState(t testing.TB, a, b castate.State) bool {
 	t.Helper()
 	return string(mustEncode(t, a)[castate.KeyState]) == string(mustEncode(t, b)[castate.KeyState])
-}
-
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -43,7 +45,7 @@ func TestE2EIntermediates(t *testing.T) {
 func intermediateStore(t *testing.T, client kubernetes.Interface, name string, root *testca.CA, gen func(time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {
 	t.Helper()
 	s, err := castate.NewSecretStore(castate.SecretConfig{
-		Client: client, Namespace: testNS, Name: name, Generate: gen, Roots: roots, Logger: testLogger(t),
+		Client: client, Namespace: testNS, Name: name, Generate: gen, Roots: roots, Logger: testlog.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)

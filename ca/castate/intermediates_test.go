@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	"k8s.io/client-go/kubernetes/fake"
 	testingclock "k8s.io/utils/clock/testing"
 
@@ -167,7 +169,7 @@ func newIntermediateStore(t *testing.T, client *fake.Clientset, root *testca.CA,
 	t.Helper()
 	s, err := castate.NewSecretStore(castate.SecretConfig{
 		Client: client, Namespace: testNS, Name: testSecret, Generate: intermediates(root), Roots: roots,
-		Clock: testingclock.NewFakePassiveClock(t0), Logger: testLogger(t),
+		Clock: testingclock.NewFakePassiveClock(t0), Logger: testlog.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)

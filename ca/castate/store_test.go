@@ -5,6 +5,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -29,7 +31,7 @@ func newStore(t *testing.T, client *fake.Clientset) *castate.SecretStore {
 	t.Helper()
 	s, err := castate.NewSecretStore(castate.SecretConfig{
 		Client: client, Namespace: testNS, Name: testSecret, Generate: generate,
-		Clock: testingclock.NewFakePassiveClock(t0), Logger: testLogger(t),
+		Clock: testingclock.NewFakePassiveClock(t0), Logger: testlog.New(t),
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -6,6 +6,8 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/ca"
@@ -38,7 +40,7 @@ func newHarness(t *testing.T) *harness {
 func (h *harness) start() (obs *recorder, stop func()) {
 	obs = &recorder{}
 	r, err := rotation.New(rotation.Config{
-		Store: h.store, Generate: h.gen, Policy: h.policy, Clock: h.clk, Logger: testLogger(h.t), Observer: obs,
+		Store: h.store, Generate: h.gen, Policy: h.policy, Clock: h.clk, Logger: testlog.New(h.t), Observer: obs,
 	})
 	if err != nil {
 		h.t.Fatal(err)

@@ -3,8 +3,6 @@ package trustbundle
 import (
 	"context"
 	"crypto/x509"
-	"log/slog"
-	"strings"
 	"sync"
 	"testing"
 
@@ -105,16 +103,4 @@ func startRun(t *testing.T, p *Publisher) {
 			t.Errorf("Run: %v", err)
 		}
 	})
-}
-
-// testLogger logs to t.
-func testLogger(t testing.TB) *slog.Logger {
-	return slog.New(slog.NewTextHandler(tWriter{t}, &slog.HandlerOptions{Level: slog.LevelDebug}))
-}
-
-type tWriter struct{ t testing.TB }
-
-func (w tWriter) Write(p []byte) (int, error) {
-	w.t.Log(strings.TrimSuffix(string(p), "\n"))
-	return len(p), nil
 }

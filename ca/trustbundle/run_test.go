@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -63,7 +65,7 @@ func TestRun(t *testing.T) {
 	rs.set(roots[0])
 	rec := &recorder{}
 	fc := testclock.NewFakeClock(time.Now())
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.get, Observer: rec, Clock: fc, Logger: testLogger(t)})
+	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -30,7 +32,7 @@ func TestE2E(t *testing.T) {
 	rs := &rootSet{}
 	rs.set(roots[0])
 	user := grantPublisher(t, cp, "trustbundle-publisher", DefaultSignerName)
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Logger: testLogger(t)})
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +136,7 @@ func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
 	signer := "istio-e2e.workload-ca.io/spiffe"
 	user := grantPublisher(t, cp, "trustbundle-istio", signer, IstioSignerName)
 	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer, IstioCompatible: true,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -194,7 +196,7 @@ func testNoAttest(t *testing.T, cp *controlplane.ControlPlane) {
 	user := grantPublisher(t, cp, "trustbundle-noattest")
 	roots := newRoots(t, 1)
 	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +222,7 @@ func TestE2EV1beta1(t *testing.T) {
 	}})
 	roots := newRoots(t, 1)
 	p, err := New(Config{Client: cp.Client(), TrustDomain: testTD,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testLogger(t)})
+		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
