@@ -181,3 +181,25 @@ func isEC(c elliptic.Curve) func(any) bool {
 func isRSA(bits int) func(any) bool {
 	return func(k any) bool { r, ok := k.(*rsa.PublicKey); return ok && r.N.BitLen() == bits }
 }
+
+// Rotation measures a CA's life from NotBefore: a short-lived root must not
+// be backdated by a fixed hour, or it would be born past its rotation points.
+func TestGenerateRootBackdate(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString("example.org")
+	now := time.Now().Truncate(time.Second)
+	for _, tt := range []struct {
+		lifetime, wantBackdate time.Duration
+	}{
+		{lifetime: 2 * 365 * 24 * time.Hour, wantBackdate: time.Hour},
+		{lifetime: 60 * time.Minute, wantBackdate: 36 * time.Second},
+		{lifetime: time.Minute, wantBackdate: 600 * time.Millisecond},
+	} {
+		m, err := keystore.GenerateRoot(keystore.GenerateOptions{TrustDomain: td, Lifetime: tt.lifetime}, now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := now.Sub(m.Cert.NotBefore); got > tt.wantBackdate+time.Second || got < tt.wantBackdate-time.Second { // X.509 times are whole seconds
+			t.Errorf("lifetime %v: backdated %v, want %v", tt.lifetime, got, tt.wantBackdate)
+		}
+	}
+}

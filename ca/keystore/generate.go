@@ -28,9 +28,16 @@ const (
 // DefaultRootLifetime is the lifetime of a generated root.
 const DefaultRootLifetime = 10 * 365 * 24 * time.Hour
 
-// rootBackdate moves a generated root's NotBefore into the past, so that
-// peers with a slow clock accept it at once.
-const rootBackdate = time.Hour
+// maxBackdate moves a generated CA certificate's NotBefore into the past,
+// so that peers with a slow clock accept it at once.
+const maxBackdate = time.Hour
+
+// backdate is maxBackdate, but never more than a hundredth of the lifetime:
+// rotation measures a CA's life from NotBefore, and a short-lived CA
+// backdated by a fixed hour would be born past its own rotation points.
+func backdate(lifetime time.Duration) time.Duration {
+	return min(maxBackdate, lifetime/100)
+}
 
 // RootCommonName is the common name of generated roots.
 const RootCommonName = "workload-ca root"
@@ -63,7 +70,7 @@ func GenerateRoot(opts GenerateOptions, now time.Time) (*ca.Material, error) {
 	tmpl := &x509.Certificate{
 		Subject:               pkix.Name{Organization: []string{opts.TrustDomain.Name()}, CommonName: RootCommonName},
 		URIs:                  []*url.URL{opts.TrustDomain.ID().URL()},
-		NotBefore:             now.Add(-rootBackdate),
+		NotBefore:             now.Add(-backdate(opts.Lifetime)),
 		NotAfter:              now.Add(opts.Lifetime),
 		BasicConstraintsValid: true,
 		IsCA:                  true,

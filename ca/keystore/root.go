@@ -105,7 +105,7 @@ func GenerateIntermediate(root *ca.Material, opts GenerateOptions, now time.Time
 	if opts.Lifetime <= 0 {
 		opts.Lifetime = DefaultRootLifetime
 	}
-	notBefore, notAfter := now.Add(-rootBackdate), now.Add(opts.Lifetime)
+	notBefore, notAfter := now.Add(-backdate(opts.Lifetime)), now.Add(opts.Lifetime)
 	if notBefore.Before(root.Cert.NotBefore) {
 		notBefore = root.Cert.NotBefore
 	}
