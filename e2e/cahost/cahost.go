@@ -7,9 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -19,6 +19,11 @@ import (
 	"google.golang.org/grpc/credentials"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 	"github.com/workload-ca/workload-ca/proto/capb"
@@ -49,6 +54,14 @@ type Options struct {
 	Log io.Writer
 	// ReadyTimeout bounds the wait for SERVING. Default 30s.
 	ReadyTimeout time.Duration
+	// Roots, if set, returns the PEM roots that verify the CA's serving
+	// certificate. It may fail until the CA has created its roots; Start
+	// keeps polling. Default: <CADir>/root-cert.pem with --ca-dir (the
+	// CA writes it there); with --ca-secret ns/name in ExtraArgs, the
+	// Secret's root-cert.pem, read with Kubeconfig; with --ca-root-dir
+	// too (the Secret then holds intermediates and no bundle), that
+	// directory's root-cert.pem, or ca.crt.
+	Roots func(ctx context.Context) ([]byte, error)
 }
 
 // CA is a running `workload-ca serve`.
@@ -120,12 +133,84 @@ func (c *CA) prepare() error {
 			return fmt.Errorf("cahost: %w", err)
 		}
 	}
+	if err := c.defaultRoots(); err != nil {
+		return err
+	}
 	var err error
 	c.logFile, err = os.OpenFile(c.LogPath(), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return fmt.Errorf("cahost: %w", err)
 	}
 	return nil
+}
+
+// defaultRoots sets Options.Roots when the CA's source is not --ca-dir.
+func (c *CA) defaultRoots() error {
+	ref, secretMode := flagValue(c.opts.ExtraArgs, "ca-secret")
+	rootDir, rootDirMode := flagValue(c.opts.ExtraArgs, "ca-root-dir")
+	switch {
+	case c.opts.Roots != nil || !secretMode:
+	case rootDirMode:
+		c.opts.Roots = func(context.Context) ([]byte, error) {
+			b, err := os.ReadFile(filepath.Join(rootDir, "root-cert.pem"))
+			if errors.Is(err, fs.ErrNotExist) {
+				return os.ReadFile(filepath.Join(rootDir, "ca.crt"))
+			}
+			return b, err
+		}
+	default:
+		roots, err := SecretRoots(c.opts.Kubeconfig, ref)
+		if err != nil {
+			return err
+		}
+		c.opts.Roots = roots
+	}
+	return nil
+}
+
+// flagValue returns the value of --name in args ("--name v" or
+// "--name=v"); the last one wins, as in the flag package.
+func flagValue(args []string, name string) (string, bool) {
+	var v string
+	var found bool
+	for i, a := range args {
+		switch {
+		case a == "--"+name && i+1 < len(args):
+			v, found = args[i+1], true
+		case strings.HasPrefix(a, "--"+name+"="):
+			v, found = strings.TrimPrefix(a, "--"+name+"="), true
+		}
+	}
+	return v, found
+}
+
+// SecretRoots returns an Options.Roots that reads the root bundle
+// (root-cert.pem) of the --ca-secret Secret ref ("namespace/name") with
+// the credentials of kubeconfig.
+func SecretRoots(kubeconfig, ref string) (func(ctx context.Context) ([]byte, error), error) {
+	ns, name, ok := strings.Cut(ref, "/")
+	if !ok || ns == "" || name == "" {
+		return nil, fmt.Errorf("cahost: --ca-secret %q: want namespace/name", ref)
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, fmt.Errorf("cahost: %w", err)
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("cahost: %w", err)
+	}
+	return func(ctx context.Context) ([]byte, error) {
+		sec, err := client.CoreV1().Secrets(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
+		}
+		pemBytes := sec.Data[castate.KeyRootCert]
+		if len(pemBytes) == 0 {
+			return nil, fmt.Errorf("the Secret %s has no %s", ref, castate.KeyRootCert)
+		}
+		return pemBytes, nil
+	}, nil
 }
 
 // start runs the binary on a fresh port and waits until it serves.
@@ -143,7 +228,7 @@ func (c *CA) start(ctx context.Context) error {
 		"--serving-dns-names", ServerName,
 		"--log-level", "debug",
 	}
-	if !slices.Contains(c.opts.ExtraArgs, "--ca-secret") {
+	if _, ok := flagValue(c.opts.ExtraArgs, "ca-secret"); !ok {
 		args = append(args, "--ca-dir", c.CADir())
 	}
 	args = append(args, c.opts.ExtraArgs...)
@@ -198,7 +283,7 @@ func (c *CA) waitServing(ctx context.Context) error {
 // over a fresh connection (a failed connection would otherwise sit in
 // gRPC's reconnect backoff and skew the measured start-up time).
 func (c *CA) healthy(ctx context.Context) error {
-	roots, err := c.Roots()
+	roots, err := c.rootPool(ctx)
 	if err != nil {
 		return err // the CA writes its root on start-up
 	}
@@ -247,6 +332,23 @@ func (c *CA) Stop() error {
 	return c.stopErr
 }
 
+// Kill SIGKILLs the CA's process group, as a crashed or evicted replica:
+// no graceful stop, the leader lease is not released. A temporary work dir
+// is removed as by Stop. Stop afterwards does nothing; safe to call more
+// than once.
+func (c *CA) Kill() error {
+	c.stopOnce.Do(func() {
+		c.stopErr = errors.Join(c.proc.Kill(10*time.Second), c.logFile.Close())
+		if c.stopErr == nil && c.ownsWorkDir && !c.opts.KeepWorkDir {
+			c.stopErr = os.RemoveAll(c.workDir)
+		}
+	})
+	return c.stopErr
+}
+
+// Exited reports whether the CA process has exited.
+func (c *CA) Exited() bool { return c.proc.Exited() }
+
 // Addr returns the CA's gRPC address, 127.0.0.1:<port>.
 func (c *CA) Addr() string { return c.addr }
 
@@ -256,17 +358,64 @@ func (c *CA) CADir() string { return filepath.Join(c.workDir, "ca") }
 // RootCertPath returns the PEM file of the roots that verify the CA.
 func (c *CA) RootCertPath() string { return filepath.Join(c.CADir(), "root-cert.pem") }
 
-// Roots reads RootCertPath into a pool.
+// Roots returns the roots that verify the CA (Options.Roots, or
+// RootCertPath) as a pool.
 func (c *CA) Roots() (*x509.CertPool, error) {
-	pemBytes, err := os.ReadFile(c.RootCertPath())
+	return c.rootPool(context.Background())
+}
+
+func (c *CA) rootPool(ctx context.Context) (*x509.CertPool, error) {
+	pemBytes, err := c.RootsPEM(ctx)
 	if err != nil {
 		return nil, err
 	}
 	pool := x509.NewCertPool()
 	if !pool.AppendCertsFromPEM(pemBytes) {
-		return nil, fmt.Errorf("%s: no certificate", c.RootCertPath())
+		return nil, fmt.Errorf("%s: no certificate", c.rootsSource())
 	}
 	return pool, nil
+}
+
+// RootsPEM returns the PEM roots that verify the CA: from Options.Roots
+// when set, else from RootCertPath.
+func (c *CA) RootsPEM(ctx context.Context) ([]byte, error) {
+	if c.opts.Roots != nil {
+		return c.opts.Roots(ctx)
+	}
+	return os.ReadFile(c.RootCertPath())
+}
+
+func (c *CA) rootsSource() string {
+	if c.opts.Roots != nil {
+		return "Options.Roots"
+	}
+	return c.RootCertPath()
+}
+
+// rootCertFile returns a file holding the roots for `workload-ca request
+// --root-cert`: RootCertPath, or a temporary copy of what Options.Roots
+// returns, removed by the returned func.
+func (c *CA) rootCertFile(ctx context.Context) (string, func(), error) {
+	if c.opts.Roots == nil {
+		return c.RootCertPath(), func() {}, nil
+	}
+	pemBytes, err := c.opts.Roots(ctx)
+	if err != nil {
+		return "", nil, fmt.Errorf("cahost: roots: %w", err)
+	}
+	f, err := os.CreateTemp(c.tokenDir(), "roots-")
+	if err != nil {
+		return "", nil, fmt.Errorf("cahost: %w", err)
+	}
+	_, err = f.Write(pemBytes)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		os.Remove(f.Name())
+		return "", nil, fmt.Errorf("cahost: %w", err)
+	}
+	return f.Name(), func() { os.Remove(f.Name()) }, nil
 }
 
 // ClientConfig returns a caclient configuration for this CA, for checks

@@ -5,7 +5,9 @@
 //
 // It owns starting the CA on a free loopback port with a fresh CA directory,
 // waiting until the gRPC health service reports SERVING over TLS verified
-// against the CA's own root, a graceful stop (SIGTERM, then SIGKILL), and
+// against the CA's own root (<ca-dir>/root-cert.pem, or the root bundle of
+// the --ca-secret Secret), a graceful stop (SIGTERM, then SIGKILL) or a
+// SIGKILL (a crashed replica), and
 // turning `request` output into a Result or a *RefusedError carrying the gRPC
 // code. Process lifetime (no orphans) comes from e2e/internal/proc.
 //

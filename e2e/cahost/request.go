@@ -78,13 +78,18 @@ func (c *CA) Request(ctx context.Context, r RequestArgs) (Result, error) {
 		return Result{}, err
 	}
 	defer os.Remove(tokenFile)
+	rootFile, removeRoots, err := c.rootCertFile(ctx)
+	if err != nil {
+		return Result{}, err
+	}
+	defer removeRoots()
 	timeout := r.Timeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
 	args := []string{"request", "--output", "json",
 		"--addr", c.addr, "--server-name", ServerName,
-		"--root-cert", c.RootCertPath(), "--token-file", tokenFile,
+		"--root-cert", rootFile, "--token-file", tokenFile,
 		"--identity", r.Identity,
 		"--impersonate=" + strconv.FormatBool(r.Impersonate),
 		"--timeout", timeout.String(),
