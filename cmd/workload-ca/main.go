@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 )
 
@@ -28,6 +29,7 @@ Run "workload-ca <command> -h" for the flags of a command.
 `
 
 func main() {
+	defaultGC()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -67,6 +69,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintln(stderr, "workload-ca:", err)
 		return 1
+	}
+}
+
+// defaultGC runs the garbage collector half as often as Go's default unless
+// GOGC is set: the CA's live heap is small (tens of MiB, even with a pod
+// index of 150,000 pods) and its hot path allocates per request, so GC CPU
+// matters more than the extra heap headroom.
+func defaultGC() {
+	if _, set := os.LookupEnv("GOGC"); !set {
+		debug.SetGCPercent(200)
 	}
 }
 
