@@ -142,6 +142,17 @@ func checkRoot(t *testing.T, c *x509.Certificate, td spiffeid.TrustDomain, now t
 // accepts it and the leaf it issues verifies against the root.
 func issueAndVerify(t *testing.T, td spiffeid.TrustDomain, m *ca.Material, now time.Time) {
 	t.Helper()
+	issued := issueWith(t, td, m, now)
+	pool := x509.NewCertPool()
+	pool.AddCert(m.Cert)
+	if _, err := issued.Cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now}); err != nil {
+		t.Errorf("issued leaf does not verify against the generated root: %v", err)
+	}
+}
+
+// issueWith has an Authority built on m issue a ztunnel-shaped leaf.
+func issueWith(t *testing.T, td spiffeid.TrustDomain, m *ca.Material, now time.Time) *ca.Issued {
+	t.Helper()
 	a, err := ca.New(ca.Config{TrustDomain: td, Clock: testingclock.NewFakePassiveClock(now)}, m)
 	if err != nil {
 		t.Fatalf("ca.New: %v", err)
@@ -156,11 +167,7 @@ func issueAndVerify(t *testing.T, td spiffeid.TrustDomain, m *ca.Material, now t
 	if err != nil {
 		t.Fatalf("Sign: %v", err)
 	}
-	pool := x509.NewCertPool()
-	pool.AddCert(m.Cert)
-	if _, err := issued.Cert.Verify(x509.VerifyOptions{Roots: pool, CurrentTime: now}); err != nil {
-		t.Errorf("issued leaf does not verify against the generated root: %v", err)
-	}
+	return issued
 }
 
 func checkMode(t *testing.T, path string, want os.FileMode) {

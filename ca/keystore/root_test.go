@@ -2,7 +2,6 @@ package keystore_test
 
 import (
 	"bytes"
-	"context"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.step.sm/crypto/keyutil"
-	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
@@ -166,20 +164,7 @@ func TestGenerateIntermediate(t *testing.T) {
 // the bundle alone as trust anchors.
 func issueThroughIntermediate(t *testing.T, td spiffeid.TrustDomain, m *ca.Material, now time.Time) {
 	t.Helper()
-	a, err := ca.New(ca.Config{TrustDomain: td, Clock: testingclock.NewFakePassiveClock(now)}, m)
-	if err != nil {
-		t.Fatalf("ca.New: %v", err)
-	}
-	id := spiffeid.RequireFromPath(td, "/ns/a/sa/b")
-	csrPEM, _ := testca.ZtunnelCSR(t, id)
-	csr, err := ca.ParseCSR(csrPEM)
-	if err != nil {
-		t.Fatal(err)
-	}
-	issued, err := a.Sign(context.Background(), ca.Request{CSR: csr, ID: id})
-	if err != nil {
-		t.Fatalf("Sign: %v", err)
-	}
+	issued := issueWith(t, td, m, now)
 	if len(issued.Chain) != 3 || issued.Chain[1] != string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: m.Cert.Raw})) ||
 		issued.Chain[2] != string(pemCerts(m.Roots...)) {
 		t.Fatalf("chain has %d elements, want [leaf, intermediate, root bundle]", len(issued.Chain))
