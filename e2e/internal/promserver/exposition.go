@@ -1,11 +1,12 @@
 package promserver
 
 import (
-	"bufio"
 	"bytes"
-	"fmt"
 	"strconv"
-	"strings"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
 )
 
 // Sample is one line of a scrape: a metric name, its labels and its value.
@@ -18,94 +19,61 @@ type Sample struct {
 // Samples is a parsed scrape.
 type Samples []Sample
 
-// ParseText parses the Prometheus text exposition format (version 0.0.4):
-// comments are skipped, label values unescaped (\\, \" and \n), and a
-// trailing timestamp ignored.
+// ParseText parses the Prometheus text exposition format with
+// prometheus/common's parser and flattens it into one sample per line as
+// the format prints it: histograms as _bucket (with le), _sum and _count;
+// summaries as quantiles, _sum and _count.
 func ParseText(b []byte) (Samples, error) {
-	var out Samples
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || line[0] == '#' {
-			continue
-		}
-		s, err := parseLine(line)
-		if err != nil {
-			return nil, fmt.Errorf("line %d %q: %w", n, line, err)
-		}
-		out = append(out, s)
-	}
-	return out, sc.Err()
-}
-
-func parseLine(line string) (Sample, error) {
-	s := Sample{Labels: map[string]string{}}
-	i := strings.IndexAny(line, "{ \t")
-	if i <= 0 {
-		return s, fmt.Errorf("no value")
-	}
-	s.Name, line = line[:i], line[i:]
-	if line[0] == '{' {
-		var err error
-		if line, err = parseLabels(line[1:], s.Labels); err != nil {
-			return s, err
-		}
-	}
-	fields := strings.Fields(line)
-	if len(fields) < 1 || len(fields) > 2 {
-		return s, fmt.Errorf("want a value and an optional timestamp, got %q", line)
-	}
-	v, err := strconv.ParseFloat(fields[0], 64)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(bytes.NewReader(b))
 	if err != nil {
-		return s, err
+		return nil, err
 	}
-	s.Value = v
-	return s, nil
+	var out Samples
+	for name, f := range families {
+		for _, m := range f.GetMetric() {
+			out = append(out, flatten(name, f.GetType(), m)...)
+		}
+	}
+	return out, nil
 }
 
-// parseLabels reads `name="value",...}` into labels and returns what
-// follows the closing brace.
-func parseLabels(in string, labels map[string]string) (string, error) {
-	for {
-		in = strings.TrimLeft(in, " \t")
-		if strings.HasPrefix(in, "}") {
-			return in[1:], nil
+// flatten returns the samples of one metric of a family.
+func flatten(name string, typ dto.MetricType, m *dto.Metric) Samples {
+	labels := func(extra ...string) map[string]string {
+		l := make(map[string]string, len(m.GetLabel())+1)
+		for _, p := range m.GetLabel() {
+			l[p.GetName()] = p.GetValue()
 		}
-		eq := strings.IndexByte(in, '=')
-		if eq <= 0 || len(in) < eq+2 || in[eq+1] != '"' {
-			return "", fmt.Errorf("bad label at %q", in)
+		for i := 0; i+1 < len(extra); i += 2 {
+			l[extra[i]] = extra[i+1]
 		}
-		name := strings.TrimSpace(in[:eq])
-		in = in[eq+2:]
-		var v strings.Builder
-		closed := false
-		for len(in) > 0 && !closed {
-			c := in[0]
-			in = in[1:]
-			switch {
-			case c == '"':
-				closed = true
-			case c == '\\' && len(in) > 0:
-				switch in[0] {
-				case 'n':
-					v.WriteByte('\n')
-				default: // \\ and \"
-					v.WriteByte(in[0])
-				}
-				in = in[1:]
-			default:
-				v.WriteByte(c)
-			}
+		return l
+	}
+	switch typ {
+	case dto.MetricType_COUNTER:
+		return Samples{{Name: name, Labels: labels(), Value: m.GetCounter().GetValue()}}
+	case dto.MetricType_GAUGE:
+		return Samples{{Name: name, Labels: labels(), Value: m.GetGauge().GetValue()}}
+	case dto.MetricType_HISTOGRAM:
+		h := m.GetHistogram()
+		out := Samples{{Name: name + "_sum", Labels: labels(), Value: h.GetSampleSum()},
+			{Name: name + "_count", Labels: labels(), Value: float64(h.GetSampleCount())}}
+		for _, b := range h.GetBucket() {
+			le := strconv.FormatFloat(b.GetUpperBound(), 'g', -1, 64)
+			out = append(out, Sample{Name: name + "_bucket", Labels: labels("le", le), Value: float64(b.GetCumulativeCount())})
 		}
-		if !closed {
-			return "", fmt.Errorf("unterminated value of label %s", name)
+		return append(out, Sample{Name: name + "_bucket", Labels: labels("le", "+Inf"), Value: float64(h.GetSampleCount())})
+	case dto.MetricType_SUMMARY:
+		sm := m.GetSummary()
+		out := Samples{{Name: name + "_sum", Labels: labels(), Value: sm.GetSampleSum()},
+			{Name: name + "_count", Labels: labels(), Value: float64(sm.GetSampleCount())}}
+		for _, q := range sm.GetQuantile() {
+			out = append(out, Sample{Name: name, Labels: labels("quantile", strconv.FormatFloat(q.GetQuantile(), 'g', -1, 64)), Value: q.GetValue()})
 		}
-		if _, dup := labels[name]; dup {
-			return "", fmt.Errorf("label %s twice", name)
-		}
-		labels[name] = v.String()
-		in = strings.TrimPrefix(strings.TrimLeft(in, " \t"), ",")
+		return out
+	default:
+		return Samples{{Name: name, Labels: labels(), Value: m.GetUntyped().GetValue()}}
 	}
 }
 
