@@ -321,19 +321,15 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	// The chart's flags, less those the harness sets itself (addresses,
 	// the serving name it dials, the kubeconfig).
 	var extra []string
-	secretMode := known["ca-secret"]
+	var caSecret string
 	for _, a := range rel.args {
 		name, _ := flagName(a)
 		switch name {
 		case "listen-addr", "admin-addr", "serving-dns-names", "kubeconfig":
 			continue
 		case "ca-secret":
-			if secretMode {
-				_, v, _ := strings.Cut(a, "=")
-				extra = append(extra, "--ca-secret", v) // as cahost expects it
-			} else {
-				t.Logf("TODO: this workload-ca has no --ca-secret; the run uses --ca-dir, so the Secret rules are shown by SubjectAccessReview only")
-			}
+			_, caSecret, _ = strings.Cut(a, "=")
+			extra = append(extra, "--ca-secret", caSecret) // as cahost expects it
 			continue
 		}
 		if !known[name] {
@@ -358,6 +354,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 			t.Errorf("stop: %v", err)
 		}
 	})
+
 	t.Logf("workload-ca as %s/%s: start→SERVING in %v", rel.ns, rel.serviceAccount, ca.StartupTime().Round(time.Millisecond))
 
 	// Issue and deny as in the suite, in the chart's trust domain.
@@ -392,6 +389,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	if err != nil {
 		t.Errorf("Lease %s/%s never held: %v", rel.ns, rel.lease, err)
 	}
+	secretMode := caSecret != ""
 	checkPublished(t, s, rel, ca, secretMode)
 	if secretMode {
 		if _, err := client.CoreV1().Secrets(rel.ns).Get(t.Context(), rel.caSecret, metav1.GetOptions{}); err != nil {
