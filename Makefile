@@ -23,8 +23,9 @@ K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 WORK := $(CURDIR)/.work
 
 UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
-# Packages whose tests need the real control plane (they skip without it).
-E2E_PKGS  = ./e2e/... ./ca/trustbundle/...
+# Packages whose tests need the real control plane (they skip without it):
+# every package whose tests import e2e/controlplane.
+E2E_PKGS  = ./e2e/... $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
 .PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools chart-lint
 

@@ -31,7 +31,7 @@ func TestE2E(t *testing.T) {
 	if _, err := cp.CreateNamespace(t.Context(), testNS); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"follow", "concurrent"}
+	names := []string{"follow", "concurrent", "restore"}
 	for i := range raceRounds {
 		names = append(names, fmt.Sprintf("race-%d", i))
 	}
@@ -41,6 +41,7 @@ func TestE2E(t *testing.T) {
 	t.Run("racing LoadOrCreate ends with one root", func(t *testing.T) { testRace(t, client) })
 	t.Run("follower sees Updates and ignores bad edits", func(t *testing.T) { testFollow(t, client, admin) })
 	t.Run("concurrent Updates each applied once", func(t *testing.T) { testConcurrentUpdates(t, client) })
+	t.Run("a deleted Secret is restored from the last state", func(t *testing.T) { testRestore(t, client, admin) })
 	t.Run("RBAC reaches no other Secret", func(t *testing.T) { testRBAC(t, client(), admin) })
 }
 
@@ -124,6 +125,41 @@ func testFollow(t *testing.T, client func() kubernetes.Interface, admin kubernet
 	putGarbage(t, admin, "follow", good)
 	if got := next(t, states, "state after the repair"); !sameState(t, got, updated) {
 		t.Error("repaired Secret not followed")
+	}
+}
+
+// testRestore deletes the Secret under a following store: the store
+// re-creates it with the state it last saw, so a restart cannot mint a
+// root nobody trusts.
+func testRestore(t *testing.T, client func() kubernetes.Interface, admin kubernetes.Interface) {
+	store := e2eStore(t, client(), "restore", testlog.New(t))
+	initial, err := store.LoadOrCreate(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	states := follow(t, store)
+	next(t, states, "initial state")
+	before, err := admin.CoreV1().Secrets(testNS).Get(t.Context(), "restore", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := admin.CoreV1().Secrets(testNS).Delete(t.Context(), "restore", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(e2eTimeout)
+	for {
+		sec, err := admin.CoreV1().Secrets(testNS).Get(t.Context(), "restore", metav1.GetOptions{})
+		if err == nil && sec.UID != before.UID {
+			got, err := castate.Decode(sec.Data)
+			if err != nil || !sameState(t, got, initial) {
+				t.Fatalf("restored Secret holds another state (%v)", err)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the deleted Secret was not restored within %v (last error: %v)", e2eTimeout, err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
 

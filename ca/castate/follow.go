@@ -29,7 +29,8 @@ type follower struct {
 // validates the state; a valid state becomes Current and is passed to
 // onChange, an invalid one is logged and ignored, so the previous state
 // keeps serving. onChange is called from one goroutine, in order, and must
-// not block for long. A deleted Secret is logged; the last state stays.
+// not block for long. A deleted Secret is re-created from the last valid
+// state seen (see restore); the last state keeps serving either way.
 func (s *SecretStore) Run(ctx context.Context, onChange func(State)) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("castate: Run is already running")
@@ -43,7 +44,7 @@ func (s *SecretStore) Run(ctx context.Context, onChange func(State)) error {
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    f.observe,
 			UpdateFunc: func(_, obj any) { f.observe(obj) },
-			DeleteFunc: func(any) { s.log.WarnContext(ctx, "the CA Secret was deleted; keeping the last state") },
+			DeleteFunc: func(any) { s.restore(ctx) },
 		},
 		Transform: dropManagedFields,
 		Logger:    &logger,

@@ -142,12 +142,22 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 	st := State{Kind: s.kind(), Authorities: []Authority{{
 		Cert: m.Cert, Key: m.Signer, Status: StatusActive, PreparedAt: now, ActivatedAt: now,
 	}}}
-	if err := st.ValidateUnder(s.roots); err != nil {
+	if err := s.write(ctx, st); err != nil {
 		return State{}, err
+	}
+	s.log.InfoContext(ctx, "created the CA Secret with a new "+s.noun(), "serial", fmt.Sprintf("%x", m.Cert.SerialNumber))
+	s.current.Store(&st)
+	return st, nil
+}
+
+// write creates the Secret holding st; it never replaces an existing one.
+func (s *SecretStore) write(ctx context.Context, st State) error {
+	if err := st.ValidateUnder(s.roots); err != nil {
+		return err
 	}
 	data, err := Encode(st)
 	if err != nil {
-		return State{}, err
+		return err
 	}
 	sec := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Namespace: s.ns, Name: s.name, Labels: map[string]string{LabelManagedBy: ManagedByValue}},
@@ -155,11 +165,28 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 		Data:       data,
 	}
 	if _, err := s.client.CoreV1().Secrets(s.ns).Create(ctx, sec, metav1.CreateOptions{}); err != nil {
-		return State{}, fmt.Errorf("create Secret %s/%s: %w", s.ns, s.name, err)
+		return fmt.Errorf("create Secret %s/%s: %w", s.ns, s.name, err)
 	}
-	s.log.InfoContext(ctx, "created the CA Secret with a new "+s.noun(), "serial", fmt.Sprintf("%x", m.Cert.SerialNumber))
-	s.current.Store(&st)
-	return st, nil
+	return nil
+}
+
+// restore re-creates a deleted Secret from the last state seen, so that a
+// deleted Secret followed by restarts cannot mint a new root that nobody
+// trusts. A Secret that exists again (another replica restored it first,
+// or an operator created one) is left alone.
+func (s *SecretStore) restore(ctx context.Context) {
+	cur := s.current.Load()
+	if cur == nil {
+		return
+	}
+	err := s.write(ctx, *cur)
+	switch {
+	case err == nil:
+		s.log.WarnContext(ctx, "the CA Secret was deleted; restored it from the last state seen", "phase", cur.Phase())
+	case apierrors.IsAlreadyExists(err):
+	default:
+		s.log.ErrorContext(ctx, "the CA Secret was deleted and could not be restored; the last state keeps serving", "error", err)
+	}
 }
 
 // Update changes the state with fn, read-modify-write: it reads the Secret,
