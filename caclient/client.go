@@ -13,7 +13,6 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"net/url"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -132,11 +131,7 @@ var oidSubjectAltName = asn1.ObjectIdentifier{2, 5, 29, 17}
 // NewCSR makes a CSR like ztunnel's: empty subject and exactly one
 // extension, a critical SubjectAltName holding one URI.
 func NewCSR(key crypto.Signer, id spiffeid.ID) ([]byte, error) {
-	u, err := url.Parse(id.String())
-	if err != nil {
-		return nil, err
-	}
-	san, err := marshalURISAN(u)
+	san, err := marshalURISAN(id.String())
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +145,8 @@ func NewCSR(key crypto.Signer, id spiffeid.ID) ([]byte, error) {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: der}), nil
 }
 
-// marshalURISAN encodes GeneralNames with one uniformResourceIdentifier.
-func marshalURISAN(u *url.URL) ([]byte, error) {
-	return asn1.Marshal([]asn1.RawValue{{Tag: 6, Class: asn1.ClassContextSpecific, Bytes: []byte(u.String())}})
+// marshalURISAN encodes GeneralNames with one uniformResourceIdentifier. A
+// SPIFFE ID's string is already its URI: no URL round trip is needed.
+func marshalURISAN(uri string) ([]byte, error) {
+	return asn1.Marshal([]asn1.RawValue{{Tag: 6, Class: asn1.ClassContextSpecific, Bytes: []byte(uri)}})
 }

@@ -51,13 +51,6 @@ func (p *Pods) Add(namespace, name string, info authz.PodInfo) {
 	p.pods[info.UID] = pod{namespace: namespace, name: name, info: info}
 }
 
-// Delete forgets a pod.
-func (p *Pods) Delete(uid string) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	delete(p.pods, uid)
-}
-
 // Pod implements authz.Pods.
 func (p *Pods) Pod(_ context.Context, namespace, name, uid string) (authz.PodInfo, bool, error) {
 	p.mu.Lock()

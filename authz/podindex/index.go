@@ -152,9 +152,6 @@ func (i *Index) WaitForSync(ctx context.Context) error {
 	}
 }
 
-// Len returns the number of pods in the index.
-func (i *Index) Len() int { return i.store.stats().Pods }
-
 // Stats returns the number of pods, nodes and service accounts indexed and
 // the live lookup counters.
 func (i *Index) Stats() Stats {

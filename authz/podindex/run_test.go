@@ -68,9 +68,9 @@ func TestRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no watch opened")
 	}
-	if !idx.HasSynced() || !idx.HasPod(uid1) || idx.HasPod(uid2) || idx.HasPod(uid3) || idx.Len() != 1 {
-		t.Fatalf("after sync: synced=%v has(1,2,3)=%v,%v,%v len=%d; want only uid1",
-			idx.HasSynced(), idx.HasPod(uid1), idx.HasPod(uid2), idx.HasPod(uid3), idx.Len())
+	if !idx.HasSynced() || !idx.HasPod(uid1) || idx.HasPod(uid2) || idx.HasPod(uid3) || idx.Stats().Pods != 1 {
+		t.Fatalf("after sync: synced=%v has(1,2,3)=%v,%v,%v pods=%d; want only uid1",
+			idx.HasSynced(), idx.HasPod(uid1), idx.HasPod(uid2), idx.HasPod(uid3), idx.Stats().Pods)
 	}
 
 	pods := client.CoreV1().Pods("shop")
