@@ -68,11 +68,6 @@ func (a *Authority) Roots() []*x509.Certificate {
 	return slices.Clone(a.state.Load().roots)
 }
 
-// TrustDomain returns the trust domain the authority issues identities in.
-func (a *Authority) TrustDomain() spiffeid.TrustDomain {
-	return a.cfg.TrustDomain
-}
-
 // SigningCert returns the active signing certificate.
 func (a *Authority) SigningCert() *x509.Certificate {
 	return a.state.Load().cert

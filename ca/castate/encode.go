@@ -59,6 +59,11 @@ func Encode(s State) (map[string][]byte, error) {
 	if err := s.Validate(); err != nil {
 		return nil, err
 	}
+	return encode(s)
+}
+
+// encode is Encode for a state the caller has validated.
+func encode(s State) (map[string][]byte, error) {
 	out := stateJSON{Version: formatVersion, Kind: s.Kind, Authorities: make([]authorityJSON, len(s.Authorities))}
 	var bundle bytes.Buffer
 	for i, a := range s.Authorities {

@@ -42,7 +42,7 @@ func TestE2EIntermediates(t *testing.T) {
 	t.Run("racing LoadOrCreate ends with one intermediate", func(t *testing.T) { testIntermediatesRace(t, client, root) })
 }
 
-func intermediateStore(t *testing.T, client kubernetes.Interface, name string, root *testca.CA, gen func(time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {
+func intermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {
 	t.Helper()
 	s, err := castate.NewSecretStore(castate.SecretConfig{
 		Client: client, Namespace: testNS, Name: name, Generate: gen, Roots: roots, Logger: testlog.New(t),
@@ -55,7 +55,7 @@ func intermediateStore(t *testing.T, client kubernetes.Interface, name string, r
 
 func testIntermediatesRoundTrip(t *testing.T, client func() kubernetes.Interface, admin kubernetes.Interface, root *testca.CA) {
 	const name = "intermediates"
-	leader := intermediateStore(t, client(), name, root, intermediates(root), root.Cert)
+	leader := intermediateStore(t, client(), name, intermediates(root), root.Cert)
 	created, err := leader.LoadOrCreate(t.Context())
 	if err != nil {
 		t.Fatal(err)
@@ -63,7 +63,7 @@ func testIntermediatesRoundTrip(t *testing.T, client func() kubernetes.Interface
 	if created.Kind != castate.KindIntermediates || len(created.Authorities) != 1 {
 		t.Fatalf("created a state of kind %q with %d authorities, want one intermediate", created.Kind, len(created.Authorities))
 	}
-	follower := intermediateStore(t, client(), name, root, nil, root.Cert)
+	follower := intermediateStore(t, client(), name, nil, root.Cert)
 	states := follow(t, follower)
 	if got := next(t, states, "initial state"); !sameState(t, got, created) {
 		t.Fatal("the follower's first state differs from the created one")
@@ -99,8 +99,8 @@ func testIntermediatesRoundTrip(t *testing.T, client func() kubernetes.Interface
 	}
 
 	for what, s := range map[string]*castate.SecretStore{
-		"without roots":    intermediateStore(t, client(), name, root, nil),
-		"with other roots": intermediateStore(t, client(), name, root, nil, pluginRoot(t).Cert),
+		"without roots":    intermediateStore(t, client(), name, nil),
+		"with other roots": intermediateStore(t, client(), name, nil, pluginRoot(t).Cert),
 	} {
 		if _, err := s.LoadOrCreate(t.Context()); !errors.Is(err, castate.ErrInvalidState) {
 			t.Errorf("store %s: LoadOrCreate = %v, want ErrInvalidState", what, err)
@@ -125,14 +125,14 @@ func testIntermediatesRace(t *testing.T, client func() kubernetes.Interface, roo
 		errs := make([]error, 2)
 		var wg sync.WaitGroup
 		for j := range 2 {
-			s := intermediateStore(t, client(), name, root, gen, root.Cert)
+			s := intermediateStore(t, client(), name, gen, root.Cert)
 			wg.Go(func() { states[j], errs[j] = s.LoadOrCreate(t.Context()) })
 		}
 		wg.Wait()
 		if err := errors.Join(errs...); err != nil {
 			t.Fatalf("round %d: %v", i, err)
 		}
-		got, err := intermediateStore(t, client(), name, root, nil, root.Cert).LoadOrCreate(t.Context())
+		got, err := intermediateStore(t, client(), name, nil, root.Cert).LoadOrCreate(t.Context())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -123,6 +123,12 @@ func (s State) ValidateUnder(roots []*x509.Certificate) error {
 	if err := s.Validate(); err != nil {
 		return err
 	}
+	return s.fitsRoots(roots)
+}
+
+// fitsRoots is the part of ValidateUnder that Validate does not do, for
+// callers that have validated s already.
+func (s State) fitsRoots(roots []*x509.Certificate) error {
 	switch {
 	case len(roots) == 0 && s.Kind == KindIntermediates:
 		return invalid("the state holds intermediates of external roots, but no roots were given")

@@ -155,7 +155,7 @@ func (s *SecretStore) write(ctx context.Context, st State) error {
 	if err := st.ValidateUnder(s.roots); err != nil {
 		return err
 	}
-	data, err := Encode(st)
+	data, err := encode(st)
 	if err != nil {
 		return err
 	}
@@ -218,7 +218,7 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 	if err := next.ValidateUnder(s.roots); err != nil {
 		return err
 	}
-	data, err := Encode(next)
+	data, err := encode(next)
 	if err != nil {
 		return err
 	}
@@ -240,11 +240,12 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 	return nil
 }
 
-// decode is Decode, and checks that the state fits the store's roots.
+// decode is Decode, and checks that the state fits the store's roots
+// (Decode has validated the rest).
 func (s *SecretStore) decode(data map[string][]byte) (State, error) {
 	st, err := Decode(data)
 	if err == nil {
-		err = st.ValidateUnder(s.roots)
+		err = st.fitsRoots(s.roots)
 	}
 	if err != nil {
 		return State{}, err

@@ -134,14 +134,7 @@ func (m *memStore) writeCount() int {
 // recorder is a rotation.Observer that remembers what it was told.
 type recorder struct {
 	mu      sync.Mutex
-	phases  []string
 	rotated []string
-}
-
-func (r *recorder) Phase(p string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.phases = append(r.phases, p)
 }
 
 func (r *recorder) Rotated(step string) {

@@ -38,8 +38,6 @@ type Store interface {
 // Observer receives the rotation's progress, for metrics. Implementations
 // must be safe for concurrent use and fast.
 type Observer interface {
-	// Phase is called on every plan with castate's Phase* values.
-	Phase(phase string)
 	// Rotated is called after a step was written, with a Step value.
 	Rotated(step string)
 }
@@ -97,11 +95,6 @@ func New(cfg Config) (*Rotator, error) {
 	}, nil
 }
 
-// Policy returns the policy in force, defaults applied.
-func (r *Rotator) Policy() Policy {
-	return r.policy
-}
-
 // Notify tells Run that the state changed; call it from the store's
 // onChange. It never blocks.
 func (r *Rotator) Notify() {
@@ -148,9 +141,6 @@ func (r *Rotator) Run(ctx context.Context) error {
 }
 
 func (r *Rotator) plan(s castate.State, now time.Time) (Step, time.Time) {
-	if len(s.Authorities) > 0 {
-		r.obs.Phase(s.Phase())
-	}
 	return Plan(s, now, r.policy)
 }
 
@@ -245,5 +235,4 @@ func retryDelay(failures int) time.Duration {
 
 type nopObserver struct{}
 
-func (nopObserver) Phase(string)   {}
 func (nopObserver) Rotated(string) {}

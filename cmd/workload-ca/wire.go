@@ -15,9 +15,8 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
-	"google.golang.org/grpc"
-
 	"golang.org/x/sync/errgroup"
+	"google.golang.org/grpc"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
@@ -176,7 +175,7 @@ func (a *app) loadCASecret(ctx context.Context) error {
 		return err
 	}
 	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
-		Observer: rotationMetrics{a.metrics}, Logger: a.log.With("component", "rotation")})
+		Observer: a.metrics, Logger: a.log.With("component", "rotation")})
 	if err != nil {
 		return err
 	}
@@ -221,13 +220,6 @@ func (a *app) followState(st castate.State) {
 	}
 	a.log.Info("CA state updated", "phase", st.Phase(), "signing", m.Cert.Subject.String(), "roots", len(m.Roots))
 }
-
-// rotationMetrics adapts the metrics to rotation.Observer. The phase is read
-// at scrape time from the followed state instead, so every replica (not
-// only the leader) reports it.
-type rotationMetrics struct{ *metrics.Metrics }
-
-func (rotationMetrics) Phase(string) {}
 
 func (a *app) newAuthority(m *ca.Material) error {
 	var err error
