@@ -39,7 +39,7 @@ var td = spiffeid.RequireTrustDomainFromString("cluster.local")
 type env struct {
 	authority *ca.Authority
 	authn     *authztest.Authenticator
-	ready     error
+	ready     readyErr
 	audit     *syncBuffer
 	obs       *recorder
 	lis       *bufconn.Listener
@@ -73,7 +73,7 @@ func newEnv(t *testing.T, m *ca.Material) *env {
 		e.roots.AddCert(r)
 	}
 	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: authority,
-		Ready: func() error { return e.ready }, Observer: e.obs,
+		Ready: e.ready.get, Observer: e.obs,
 		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -169,12 +169,13 @@ func TestErrorCodes(t *testing.T) {
 		{name: "ztunnel asking for another node's identity", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://cluster.local/ns/demo/sa/db"), Impersonate: true}, want: codes.PermissionDenied},
 		{name: "foreign trust domain", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://evil.example/ns/demo/sa/web"), Impersonate: true}, want: codes.PermissionDenied},
 		{name: "CSR names another identity than the granted one", req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/other")}, want: codes.InvalidArgument},
-		{name: "not ready", setup: func() { e.ready = context.DeadlineExceeded }, req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unavailable},
+		{name: "not ready", setup: func() { e.ready.set(context.DeadlineExceeded) }, req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unavailable},
 		{name: "authentication backend down", setup: func() { e.authn.Err = authz.ErrUnavailable }, req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unavailable},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			e.ready, e.authn.Err = nil, nil
+			e.ready.set(nil)
+			e.authn.Err = nil
 			if tt.setup != nil {
 				tt.setup()
 			}
@@ -212,9 +213,23 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 func TestHealthFollowsReadiness(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
 	h := healthpb.NewHealthClient(e.conn(t))
-	resp, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: capb.IstioCertificateService_ServiceDesc.ServiceName})
+	req := &healthpb.HealthCheckRequest{Service: capb.IstioCertificateService_ServiceDesc.ServiceName}
+	resp, err := h.Check(ctxT(t), req)
 	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_SERVING {
 		t.Fatalf("health = %v, %v; want SERVING", resp, err)
+	}
+	// The health service polls readiness, so it turns NOT_SERVING shortly
+	// after readiness fails.
+	e.ready.set(context.DeadlineExceeded)
+	for ctx := ctxT(t); ; {
+		resp, err := h.Check(ctx, req)
+		if err != nil {
+			t.Fatalf("health check: %v", err)
+		}
+		if resp.GetStatus() == healthpb.HealthCheckResponse_NOT_SERVING {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -295,6 +310,25 @@ func TestAuditRecordsAndObserver(t *testing.T) {
 	if got := e.obs.results(); got != "issued/,denied/identity-not-on-node" {
 		t.Fatalf("observer saw %q", got)
 	}
+}
+
+// readyErr is the readiness error the service sees. The health service reads
+// it from its own goroutine, so it is guarded.
+type readyErr struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (r *readyErr) set(err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.err = err
+}
+
+func (r *readyErr) get() error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.err
 }
 
 // syncBuffer is a goroutine-safe bytes.Buffer.

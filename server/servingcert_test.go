@@ -72,7 +72,6 @@ func TestServingCertRenewal(t *testing.T) {
 		t.Fatalf("renewed NotAfter %v not after %v", renewed.Leaf.NotAfter, first.Leaf.NotAfter)
 	}
 
-	issuer.broken = false
 	other := testca.NewIntermediate(t, root, testca.P256, testca.Validity(start.Add(-time.Hour), start.Add(300*24*time.Hour)))
 	if err := authority.SetMaterial(other.Material()); err != nil {
 		t.Fatal(err)
