@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
@@ -25,10 +25,11 @@ import (
 // It logs at info level and writes audit records to a file of its own, as
 // a production deployment would, rather than through a pipe to us.
 func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string) (*cahost.CA, error) {
-	adminAddr, err := freeAddr()
+	ports, err := proc.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
+	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	args := []string{"--admin-addr", adminAddr, "--log-level", "info",
 		"--audit-log", filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")}
 	if b.opts.cpuProfile != "" {
@@ -57,16 +58,6 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 		ca.StartupTime().Round(time.Millisecond), toReadyz.Round(time.Millisecond), ca.Pid())
 	b.adminAddr = adminAddr
 	return ca, nil
-}
-
-// freeAddr returns a 127.0.0.1 address that was free a moment ago.
-func freeAddr() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // pollReadyz polls http://addr/readyz every 10ms and sends the time since

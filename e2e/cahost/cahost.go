@@ -1,16 +1,17 @@
 package cahost
 
 import (
+	"bufio"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -84,19 +85,19 @@ func (c *CA) AdminAddr() string { return c.adminAddr }
 
 // Start starts the CA and waits until its health service reports SERVING.
 // ctx bounds start-up only. On error nothing is left running.
+//
+// The CA binds port 0 for both listeners and Start learns the ports from
+// its "serving" log line, so concurrent starts never race for a port and
+// a health check never reaches another CA that happens to share the root.
 func Start(ctx context.Context, opts Options) (*CA, error) {
 	c := &CA{opts: opts}
 	if err := c.prepare(); err != nil {
 		return nil, err
 	}
-	var err error
-	for range 3 { // a port picked free may be taken before the CA binds it
-		if err = c.start(ctx); !errors.Is(err, errAddrInUse) {
-			break
+	if err := c.start(ctx); err != nil {
+		if c.proc != nil {
+			_ = c.proc.Kill(10 * time.Second)
 		}
-	}
-	if err != nil {
-		_ = c.proc.Kill(10 * time.Second)
 		_ = c.logFile.Close()
 		return nil, fmt.Errorf("workload-ca (work dir %s): %w", c.workDir, err)
 	}
@@ -213,17 +214,16 @@ func SecretRoots(kubeconfig, ref string) (func(ctx context.Context) ([]byte, err
 	}, nil
 }
 
-// start runs the binary on a fresh port and waits until it serves.
+// start runs the binary on ports the kernel picks and waits until it
+// serves.
 func (c *CA) start(ctx context.Context) error {
-	ports, err := proc.FreePorts(2)
+	logStart, err := c.logFile.Seek(0, io.SeekEnd)
 	if err != nil {
-		return err
+		return fmt.Errorf("cahost: %w", err)
 	}
-	c.addr = "127.0.0.1:" + strconv.Itoa(ports[0])
-	c.adminAddr = "127.0.0.1:" + strconv.Itoa(ports[1])
 	args := []string{"serve",
-		"--listen-addr", c.addr,
-		"--admin-addr", c.adminAddr,
+		"--listen-addr", "127.0.0.1:0",
+		"--admin-addr", "127.0.0.1:0",
 		"--kubeconfig", c.opts.Kubeconfig,
 		"--serving-dns-names", ServerName,
 		"--log-level", "debug",
@@ -240,43 +240,87 @@ func (c *CA) start(ctx context.Context) error {
 	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, childEnv(), out, out); err != nil {
 		return err
 	}
-	if err := c.waitServing(ctx); err != nil {
+	if err := c.waitServing(ctx, logStart); err != nil {
 		return err
 	}
 	c.startup = time.Since(began)
 	return nil
 }
 
-// errAddrInUse reports that the CA could not bind its port.
-var errAddrInUse = errors.New("address already in use")
-
-// waitServing polls the health service every 50ms until it reports SERVING,
-// the CA exits, or ReadyTimeout or ctx ends.
-func (c *CA) waitServing(ctx context.Context) error {
+// waitServing polls every 50ms, first the log (from offset logStart) for
+// the "serving" line that names the bound addresses, then the health
+// service until it reports SERVING; it gives up when the CA exits or
+// ReadyTimeout or ctx ends.
+func (c *CA) waitServing(ctx context.Context, logStart int64) error {
 	ctx, cancel := context.WithTimeout(ctx, c.opts.ReadyTimeout)
 	defer cancel()
 	tick := time.NewTicker(50 * time.Millisecond)
 	defer tick.Stop()
 	for {
-		err := c.healthy(ctx)
+		err := c.learnAddrs(logStart)
+		if err == nil {
+			err = c.healthy(ctx)
+		}
 		if err == nil {
 			return nil
 		}
 		select {
 		case <-c.proc.Done():
 			_ = c.proc.Kill(time.Second) // reap done; nothing left to kill
-			out := c.proc.Tail()
-			exitErr := fmt.Errorf("%w during start-up; last output:\n%s", c.proc.ExitError(), out)
-			if strings.Contains(out, "address already in use") {
-				return fmt.Errorf("%w: %w", errAddrInUse, exitErr)
-			}
-			return exitErr
+			return c.proc.StartupError()
 		case <-ctx.Done():
 			_ = c.proc.Kill(10 * time.Second)
 			return fmt.Errorf("workload-ca not SERVING after %v: %w; last output:\n%s", c.opts.ReadyTimeout, err, c.proc.Tail())
 		case <-tick.C:
 		}
 	}
+}
+
+// learnAddrs sets Addr and AdminAddr from the CA's "serving" log line,
+// written once both listeners are bound.
+func (c *CA) learnAddrs(logStart int64) error {
+	if c.addr != "" {
+		return nil
+	}
+	f, err := os.Open(c.LogPath())
+	if err != nil {
+		return fmt.Errorf("cahost: %w", err)
+	}
+	defer f.Close()
+	if _, err := f.Seek(logStart, io.SeekStart); err != nil {
+		return fmt.Errorf("cahost: %w", err)
+	}
+	addr, admin, err := servingAddrs(f)
+	if err != nil {
+		return err
+	}
+	c.addr, c.adminAddr = addr, admin
+	return nil
+}
+
+// servingAddrs finds the first "serving" line of a JSON log and returns
+// its addr and admin_addr.
+func servingAddrs(log io.Reader) (addr, adminAddr string, err error) {
+	sc := bufio.NewScanner(log)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		var line struct {
+			Msg       string `json:"msg"`
+			Addr      string `json:"addr"`
+			AdminAddr string `json:"admin_addr"`
+		}
+		if json.Unmarshal(sc.Bytes(), &line) != nil || line.Msg != "serving" {
+			continue
+		}
+		if line.Addr == "" || line.AdminAddr == "" {
+			return "", "", fmt.Errorf("cahost: serving line without addresses: %s", sc.Bytes())
+		}
+		return line.Addr, line.AdminAddr, nil
+	}
+	if err := sc.Err(); err != nil {
+		return "", "", fmt.Errorf("cahost: reading the log: %w", err)
+	}
+	return "", "", errors.New("cahost: the CA has not logged \"serving\" yet")
 }
 
 // healthy asks the health service for the certificate service's status

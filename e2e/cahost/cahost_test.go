@@ -3,6 +3,7 @@ package cahost
 import (
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -49,4 +50,28 @@ func TestDefaultRootsFromRootDir(t *testing.T) {
 			t.Fatalf("defaultRoots: %v, Roots set %v", err, c.opts.Roots != nil)
 		}
 	})
+}
+
+func TestServingAddrs(t *testing.T) {
+	const serving = `{"level":"INFO","msg":"serving","addr":"127.0.0.1:40001","admin_addr":"127.0.0.1:40002"}`
+	tests := []struct {
+		name, log       string
+		addr, adminAddr string
+		wantErr         bool
+	}{
+		{name: "nothing logged yet", log: "", wantErr: true},
+		{name: "before the listeners are bound", log: `{"msg":"CA loaded"}` + "\n", wantErr: true},
+		{name: "serving line", log: `{"msg":"CA loaded"}` + "\n" + serving + "\n", addr: "127.0.0.1:40001", adminAddr: "127.0.0.1:40002"},
+		{name: "non-JSON output is skipped", log: "panic: not yet\n" + serving, addr: "127.0.0.1:40001", adminAddr: "127.0.0.1:40002"},
+		{name: "the first serving line wins", log: serving + "\n" + `{"msg":"serving","addr":"x:1","admin_addr":"x:2"}`, addr: "127.0.0.1:40001", adminAddr: "127.0.0.1:40002"},
+		{name: "serving line without addresses", log: `{"msg":"serving"}`, wantErr: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			addr, admin, err := servingAddrs(strings.NewReader(tt.log))
+			if (err != nil) != tt.wantErr || addr != tt.addr || admin != tt.adminAddr {
+				t.Errorf("servingAddrs = %q, %q, %v; want %q, %q, error %v", addr, admin, err, tt.addr, tt.adminAddr, tt.wantErr)
+			}
+		})
+	}
 }

@@ -136,20 +136,10 @@ func (c *ControlPlane) makeWorkDir() error {
 // startServers starts etcd, then the apiserver, retrying with new ports if
 // one was taken between picking it and binding it.
 func (c *ControlPlane) startServers(ctx context.Context) error {
-	if err := retryPorts(func() error { return c.startEtcd(ctx) }); err != nil {
+	if err := proc.RetryPorts(func() error { return c.startEtcd(ctx) }); err != nil {
 		return err
 	}
-	return retryPorts(func() error { return c.startAPIServer(ctx) })
-}
-
-func retryPorts(start func() error) error {
-	var err error
-	for range 3 {
-		if err = start(); !errors.Is(err, errAddrInUse) {
-			return err
-		}
-	}
-	return err
+	return proc.RetryPorts(func() error { return c.startAPIServer(ctx) })
 }
 
 // logWriters returns the writers for a server's output.

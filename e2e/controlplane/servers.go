@@ -182,7 +182,7 @@ func waitFor(ctx context.Context, p *proc.Process, timeout time.Duration, check 
 		}
 		select {
 		case <-p.Done():
-			return exitError(p)
+			return p.StartupError()
 		case <-ctx.Done():
 			return fmt.Errorf("%s not ready after %v: %w; last output:\n%s", p.Name(), timeout, err, p.Tail())
 		case <-tick.C:

@@ -192,6 +192,34 @@ func FreePorts(n int) ([]int, error) {
 	return ports, nil
 }
 
+// ErrAddrInUse reports that a child could not bind a port that was free a
+// moment before (see FreePorts); RetryPorts retries on it.
+var ErrAddrInUse = errors.New("address already in use")
+
+// StartupError describes an unexpected exit of the child during start-up,
+// with the tail of its output; it wraps ErrAddrInUse when the output says
+// a port was taken.
+func (p *Process) StartupError() error {
+	out := p.Tail()
+	err := fmt.Errorf("%w during start-up; last output:\n%s", p.ExitError(), out)
+	if strings.Contains(out, "address already in use") {
+		return fmt.Errorf("%w: %w", ErrAddrInUse, err)
+	}
+	return err
+}
+
+// RetryPorts calls start, up to three times while it fails with
+// ErrAddrInUse (a port picked free was taken before the child bound it).
+func RetryPorts(start func() error) error {
+	var err error
+	for range 3 {
+		if err = start(); !errors.Is(err, ErrAddrInUse) {
+			return err
+		}
+	}
+	return err
+}
+
 // Environ returns our environment with each "KEY=value" of overrides
 // replacing the variable of that name (or added).
 func Environ(overrides ...string) []string {

@@ -78,12 +78,7 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if s.logFile, err = os.OpenFile(filepath.Join(opts.WorkDir, "prometheus.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600); err != nil {
 		return nil, fmt.Errorf("promserver: %w", err)
 	}
-	for range 3 { // a port picked free may be taken before Prometheus binds it
-		if err = s.start(ctx); !errors.Is(err, errAddrInUse) {
-			break
-		}
-	}
-	if err != nil {
+	if err = proc.RetryPorts(func() error { return s.start(ctx) }); err != nil {
 		_ = s.proc.Kill(10 * time.Second)
 		_ = s.logFile.Close()
 		return nil, fmt.Errorf("prometheus (work dir %s): %w", opts.WorkDir, err)
@@ -111,8 +106,6 @@ scrape_configs:
       - targets: %[3]s
 `, iv, job, targets)
 }
-
-var errAddrInUse = errors.New("address already in use")
 
 func (s *Server) start(ctx context.Context) error {
 	ports, err := proc.FreePorts(1)
@@ -146,12 +139,7 @@ func (s *Server) waitReady(ctx context.Context) error {
 		}
 		select {
 		case <-s.proc.Done():
-			out := s.proc.Tail()
-			exitErr := fmt.Errorf("%w during start-up; last output:\n%s", s.proc.ExitError(), out)
-			if strings.Contains(out, "address already in use") {
-				return fmt.Errorf("%w: %w", errAddrInUse, exitErr)
-			}
-			return exitErr
+			return s.proc.StartupError()
 		case <-ctx.Done():
 			return fmt.Errorf("prometheus not ready after %v: %w; last output:\n%s", s.opts.ReadyTimeout, err, s.proc.Tail())
 		case <-tick.C:
