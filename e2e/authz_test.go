@@ -113,11 +113,7 @@ func (s *suite) checkLeaf(t *testing.T, got *caclient.Result, want string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	inter := x509.NewCertPool()
-	for _, c := range got.Chain {
-		inter.AddCert(c)
-	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
+	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: certPool(got.Chain),
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}}); err != nil {
 		t.Errorf("leaf does not verify against %s: %v", s.ca.RootCertPath(), err)
 	}
@@ -139,12 +135,20 @@ func (s *suite) testDeletedPodDenied(t *testing.T) {
 	}
 	s.deletePod(t, pod)
 	deleted := time.Now()
+	s.waitRefused(t, args, codes.PermissionDenied)
+	t.Logf("pod deletion → PermissionDenied in %v", time.Since(deleted).Round(time.Millisecond))
+}
+
+// waitRefused repeats args until the CA answers want, within
+// maxDenialDelay of a pod's deletion; any code but OK and want fails t.
+func (s *suite) waitRefused(t *testing.T, args cahost.RequestArgs, want codes.Code) {
+	t.Helper()
 	err := pollUntil(t, maxDenialDelay, func() (bool, error) {
 		_, err := s.request(t, args)
 		switch cahost.Code(err) {
 		case codes.OK:
 			return false, nil
-		case codes.PermissionDenied:
+		case want:
 			return true, nil
 		default:
 			return false, err
@@ -153,8 +157,6 @@ func (s *suite) testDeletedPodDenied(t *testing.T) {
 	if err != nil {
 		t.Fatalf("after deletion: %v", err)
 	}
-	took := time.Since(deleted)
-	t.Logf("pod deletion → PermissionDenied in %v", took.Round(time.Millisecond))
 }
 
 // testInformerLag asks for identities of pods created a moment before,

@@ -151,11 +151,15 @@ func (f *lcFixture) stopAtCleanup(t *testing.T, ca *cahost.CA) {
 
 // deleteBundles removes the ClusterTrustBundles of the fixture's signer,
 // and the Istio-compatible one (at most one test publishes it).
-func (f *lcFixture) deleteBundles(t *testing.T) {
+func (f *lcFixture) deleteBundles(t *testing.T) { deleteSignerBundles(t, f.s, f.signer) }
+
+// deleteSignerBundles removes the ClusterTrustBundles of signer and the
+// Istio-compatible one, for cleanups.
+func deleteSignerBundles(t *testing.T, s *suite, signer string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	bundles := f.s.cp.Client().CertificatesV1().ClusterTrustBundles()
-	list, err := bundles.List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + f.signer})
+	bundles := s.cp.Client().CertificatesV1().ClusterTrustBundles()
+	list, err := bundles.List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + signer})
 	if err != nil {
 		t.Errorf("list bundles: %v", err)
 		return
@@ -371,12 +375,8 @@ func theLeader(t *testing.T, cas []*cahost.CA) int {
 // serveRoots verifies ca's serving certificate over a fresh TLS handshake
 // against roots only, and returns the chain it presented.
 func serveRoots(ctx context.Context, ca *cahost.CA, roots []*x509.Certificate) ([]*x509.Certificate, error) {
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
 	d := tls.Dialer{NetDialer: &net.Dialer{Timeout: 5 * time.Second}, Config: &tls.Config{
-		MinVersion: tls.VersionTLS13, RootCAs: pool, ServerName: cahost.ServerName, NextProtos: []string{"h2"},
+		MinVersion: tls.VersionTLS13, RootCAs: certPool(roots), ServerName: cahost.ServerName, NextProtos: []string{"h2"},
 	}}
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
@@ -402,6 +402,15 @@ func pemCerts(b []byte) ([]*x509.Certificate, error) {
 		}
 		certs = append(certs, c)
 	}
+}
+
+// certPool returns a pool of certs.
+func certPool(certs []*x509.Certificate) *x509.CertPool {
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	return pool
 }
 
 // sameCerts reports whether a and b hold the same certificates, in any
@@ -433,14 +442,7 @@ func subjects(certs []*x509.Certificate) string {
 // verifiesWith checks that leaf chains through inter to one of roots at
 // time at, for the workload's mTLS peers (client and server auth).
 func verifiesWith(leaf *x509.Certificate, inter, roots []*x509.Certificate, at time.Time) error {
-	rp, ip := x509.NewCertPool(), x509.NewCertPool()
-	for _, r := range roots {
-		rp.AddCert(r)
-	}
-	for _, c := range inter {
-		ip.AddCert(c)
-	}
-	_, err := leaf.Verify(x509.VerifyOptions{Roots: rp, Intermediates: ip, CurrentTime: at,
+	_, err := leaf.Verify(x509.VerifyOptions{Roots: certPool(roots), Intermediates: certPool(inter), CurrentTime: at,
 		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}})
 	return err
 }
@@ -612,17 +614,13 @@ func startLoad(tokens []string, identities []spiffeid.ID, interval time.Duration
 }
 
 func (l *ztunnelLoad) request(ctx context.Context, z, replica int, ca *cahost.CA, token string, id spiffeid.ID, roots []*x509.Certificate) {
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
 	fail := func(err error) {
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		l.failures = append(l.failures, fmt.Sprintf("%s ztunnel %d → replica %d (%s), %s: %v",
 			time.Now().Format("15:04:05.000"), z, replica, ca.Addr(), id, err))
 	}
-	client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: pool, ServerName: cahost.ServerName})
+	client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: certPool(roots), ServerName: cahost.ServerName})
 	if err != nil {
 		fail(err)
 		return

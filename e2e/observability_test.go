@@ -3,9 +3,7 @@ package e2e_test
 import (
 	"bufio"
 	"context"
-	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"fmt"
 	"io"
 	"maps"
@@ -418,9 +416,11 @@ func (s *suite) checkAuditLogFile(t *testing.T, promtool string) {
 }
 
 // checkNoToken looks for every token the suite handed out, whole or in
-// part, in each text (by file name). The suite's own CA log is checked
-// after the CA stops (testLogsHoldNoToken).
-func (s *suite) checkNoToken(t *testing.T, texts map[string]string) {
+// part, in each text (by file name), and returns how many tokens it
+// checked. The suite's own CA log is checked after the CA stops
+// (testLogsHoldNoToken).
+func (s *suite) checkNoToken(t *testing.T, texts map[string]string) int {
+	t.Helper()
 	s.mu.Lock()
 	tokens := append([]string(nil), s.tokens...)
 	s.mu.Unlock()
@@ -434,6 +434,7 @@ func (s *suite) checkNoToken(t *testing.T, texts map[string]string) {
 			}
 		}
 	}
+	return len(tokens)
 }
 
 // auditRecord is one audit record as the CA writes it (server.record).
@@ -519,20 +520,16 @@ func httpGet(t *testing.T, url string) (int, []byte) {
 // file.
 func latestNotAfter(t *testing.T, file string) time.Time {
 	t.Helper()
-	rest, err := os.ReadFile(file)
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs, err := pemCerts(b)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var latest time.Time
-	for {
-		var block *pem.Block
-		if block, rest = pem.Decode(rest); block == nil {
-			break
-		}
-		c, err := x509.ParseCertificate(block.Bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
+	for _, c := range certs {
 		if c.NotAfter.After(latest) {
 			latest = c.NotAfter
 		}

@@ -2,15 +2,8 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"io"
-	"math/big"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -32,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
 // rbacRelease is what TestChartRBAC installs: ci/full-values.yaml (its own
@@ -284,7 +278,7 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	root := selfSignedRootPEM(t)
+	root := string(testca.NewRoot(t, testca.P256).CertPEM())
 	create := func(signer string) error {
 		b := &certificatesv1.ClusterTrustBundle{
 			ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(signer, "/", ":") + ":e2e-dry-run"},
@@ -316,7 +310,7 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 // kubeconfig holding a token of the chart's service account.
 func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstructured.Unstructured) {
 	known := knownServeFlags(t)
-	kubeconfig, saToken := serviceAccountKubeconfig(t, s, rel.ns, rel.serviceAccount)
+	kubeconfig := serviceAccountKubeconfig(t, s, rel.ns, rel.serviceAccount)
 
 	// The chart's flags, less those the harness sets itself (addresses,
 	// the serving name it dials, the kubeconfig).
@@ -339,7 +333,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	}
 
 	// Registered first, so it runs after the CA has stopped.
-	t.Cleanup(func() { deleteBundles(t, s, rel) })
+	t.Cleanup(func() { deleteSignerBundles(t, s, rel.signer) })
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	ca, err := cahost.Start(ctx, cahost.Options{Kubeconfig: kubeconfig, WorkDir: t.TempDir(), ExtraArgs: extra})
@@ -399,11 +393,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	checkAdmin(t, ca, objs)
 
 	logs := ca.Logs()
-	for _, part := range append(secretParts(saToken), secretParts(s.ztunnelA)...) {
-		if strings.Contains(logs, part) {
-			t.Errorf("a token (%s…) appears in the CA log", part[:8])
-		}
-	}
+	s.checkNoToken(t, map[string]string{ca.LogPath(): logs}) // the service account's token and ztunnel's among them
 	// A refusal by the apiserver names the user ("User \"system:serviceaccount:
 	// ns:sa\" cannot ..."); the start-up checks say "RBAC must allow".
 	user := "system:serviceaccount:" + rel.ns + ":" + rel.serviceAccount
@@ -472,19 +462,8 @@ func checkPublished(t *testing.T, s *suite, rel chartRelease, ca *cahost.CA, sec
 func checkAdmin(t *testing.T, ca *cahost.CA, objs []*unstructured.Unstructured) {
 	t.Helper()
 	get := func(path string) (int, string) {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ca.AdminAddr()+path, nil)
-		if err != nil {
-			t.Fatal(err)
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatalf("GET %s: %v", path, err)
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		code, body := httpGet(t, "http://"+ca.AdminAddr()+path)
+		return code, string(body)
 	}
 	for _, p := range []string{"/healthz", "/readyz"} {
 		if code, body := get(p); code != http.StatusOK {
@@ -515,9 +494,9 @@ func checkAdmin(t *testing.T, ca *cahost.CA, objs []*unstructured.Unstructured) 
 }
 
 // serviceAccountKubeconfig mints a token for ns/sa (TokenRequest) and
-// writes a kubeconfig that authenticates with it; it returns the path and
-// the token.
-func serviceAccountKubeconfig(t *testing.T, s *suite, ns, sa string) (string, string) {
+// writes a kubeconfig that authenticates with it; it returns the path. The
+// token is remembered for the log checks.
+func serviceAccountKubeconfig(t *testing.T, s *suite, ns, sa string) string {
 	t.Helper()
 	seconds := int64(3600)
 	tr, err := s.cp.Client().CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa,
@@ -546,64 +525,16 @@ current-context: e2e
 	if err := os.WriteFile(path, []byte(kc), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	return path, tr.Status.Token
-}
-
-// deleteBundles removes what the test's CA published.
-func deleteBundles(t *testing.T, s *suite, rel chartRelease) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	bundles := s.cp.Client().CertificatesV1().ClusterTrustBundles()
-	list, err := bundles.List(ctx, metav1.ListOptions{FieldSelector: "spec.signerName=" + rel.signer})
-	if err != nil {
-		t.Errorf("list bundles: %v", err)
-		return
-	}
-	names := []string{"istio.io:istiod-ca:root-cert"}
-	for _, b := range list.Items {
-		names = append(names, b.Name)
-	}
-	for _, n := range names {
-		if err := bundles.Delete(ctx, n, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("delete bundle %s: %v", n, err)
-		}
-	}
-}
-
-func selfSignedRootPEM(t *testing.T) string {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "e2e dry-run root"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
+	return path
 }
 
 func parsePEMCerts(t *testing.T, s string) []*x509.Certificate {
 	t.Helper()
-	var certs []*x509.Certificate
-	rest := []byte(s)
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			return certs
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			t.Fatalf("bundle: %v", err)
-		}
-		certs = append(certs, c)
+	certs, err := pemCerts([]byte(s))
+	if err != nil {
+		t.Fatalf("bundle: %v", err)
 	}
+	return certs
 }
 
 // grepLines returns up to n lines of s that contain substr.

@@ -184,13 +184,7 @@ func runRotation(t *testing.T, name string, notBefore, notAfter time.Duration) *
 // check runs the checks every rotation must pass.
 func (r *rotation) check(t *testing.T) {
 	t.Helper()
-	for i, fl := range r.failures {
-		if i == 10 {
-			t.Errorf("... %d failures in all", len(r.failures))
-			break
-		}
-		t.Errorf("request failed: %s", fl)
-	}
+	reportFailures(t, r.failures)
 	for _, e := range r.phases.errs {
 		t.Errorf("metrics: %s", e)
 	}
@@ -238,6 +232,19 @@ func (r *rotation) check(t *testing.T) {
 			}
 		}
 	})
+}
+
+// reportFailures fails t with the first ten failed requests and their
+// number.
+func reportFailures(t *testing.T, failures []string) {
+	t.Helper()
+	for i, fl := range failures {
+		if i == 10 {
+			t.Errorf("... %d failures in all", len(failures))
+			break
+		}
+		t.Errorf("request failed: %s", fl)
+	}
 }
 
 // TestLifecycleLeaderKilledMidRotation SIGKILLs the leader right after it
@@ -334,13 +341,7 @@ func TestLifecycleLeaderKilledMidRotation(t *testing.T) {
 	iss, failures := load.stop()
 	end := time.Now()
 	t.Logf("%d certificates issued by the survivor, %d failures, rotation done %+.1fs", len(iss), len(failures), end.Sub(began).Seconds())
-	for i, fl := range failures {
-		if i == 10 {
-			t.Errorf("... %d failures in all", len(failures))
-			break
-		}
-		t.Errorf("request failed: %s", fl)
-	}
+	reportFailures(t, failures)
 	for _, step := range []string{"activate", "remove"} {
 		if n := len(logLines(survivor, "CA rotation step taken", fmt.Sprintf(`"step":%q`, step))); n != 1 {
 			t.Errorf("the survivor logged %d %s steps, want 1", n, step)

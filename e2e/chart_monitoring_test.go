@@ -1,0 +1,225 @@
+package e2e_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+)
+
+// The chart's optional monitoring objects (PrometheusRule, dashboard),
+// checked with promtool; TestChart calls checkMonitoring.
+
+// metricNames returns the workload_ca_* series names an object refers to.
+func metricNames(o *unstructured.Unstructured) []string {
+	b, _ := json.Marshal(o.Object)
+	names := regexp.MustCompile(`workload_ca_[a-z0-9_]+`).FindAllString(string(b), -1)
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+// checkMonitoring checks the optional monitoring objects (PrometheusRule,
+// dashboard) that full-values.yaml turns on.
+func checkMonitoring(t *testing.T, objs []*unstructured.Unstructured) {
+	promtool, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Fatalf("%v: install Debian's prometheus package (`make prometheus-tools`)", err)
+	}
+	checkAlerts(t, promtool, objs)
+	checkDashboard(t, promtool, objs)
+}
+
+// checkDashboard parses the dashboard JSON and has promtool parse every
+// query, with the dashboard's variables filled in.
+func checkDashboard(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
+	var cm *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no dashboard ConfigMap rendered")
+	}
+	raw, _, _ := unstructured.NestedString(cm.Object, "data", "workload-ca.json")
+	var dash struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal([]byte(raw), &dash); err != nil {
+		t.Fatalf("dashboard JSON: %v", err)
+	}
+	fill := strings.NewReplacer("$__rate_interval", "5m", "$job", "wca-full", "$namespace", "wca-chart-full")
+	var rules []map[string]string
+	for _, p := range dash.Panels {
+		if len(p.Targets) == 0 {
+			t.Errorf("panel %q has no query", p.Title)
+		}
+		for _, tg := range p.Targets {
+			rules = append(rules, map[string]string{"record": fmt.Sprintf("dashboard:query_%d", len(rules)), "expr": fill.Replace(tg.Expr)})
+		}
+	}
+	if len(dash.Panels) < 6 {
+		t.Errorf("the dashboard has %d panels, want at least 6", len(dash.Panels))
+	}
+	file := filepath.Join(t.TempDir(), "dashboard-queries.yaml")
+	b, _ := json.Marshal(map[string]any{"groups": []any{map[string]any{"name": "dashboard", "rules": rules}}})
+	if err := os.WriteFile(file, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.CommandContext(t.Context(), promtool, "check", "rules", file).CombinedOutput(); err != nil {
+		t.Errorf("promtool check rules (the dashboard's queries): %v\n%s", err, out)
+	}
+}
+
+// checkAlerts unit-tests the rendered PrometheusRule with promtool: the
+// rules load, fire on the trouble they name with the labels and
+// annotations an operator gets, and stay silent on a healthy CA.
+func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
+	rule := findObject(t, objs, "PrometheusRule")
+	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
+	annotations := map[string]map[string]string{} // by alert name
+	groups, _, _ := unstructured.NestedSlice(spec, "groups")
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
+			annotations[name], _, _ = unstructured.NestedStringMap(r.(map[string]any), "annotations")
+		}
+	}
+	// The annotations an alert should carry: the rendered ones with their
+	// Prometheus templates filled in as Prometheus would.
+	expect := func(alert string, subst ...string) map[string]string {
+		out := map[string]string{}
+		for k, v := range annotations[alert] {
+			out[k] = strings.NewReplacer(subst...).Replace(v)
+		}
+		return out
+	}
+	const job, ns = "wca-full", "wca-chart-full"
+	series := func(name, labels, values string) map[string]string {
+		l := `job="` + job + `",namespace="` + ns + `"`
+		if labels != "" {
+			l += "," + labels
+		}
+		return map[string]string{"series": name + "{" + l + "}", "values": values}
+	}
+	const (
+		expiry   = "workload_ca_ca_cert_expiry_timestamp_seconds"
+		leader   = "workload_ca_leader"
+		requests = "workload_ca_certificate_requests_total"
+		synced   = "workload_ca_podindex_synced"
+		year     = "31536000x180"
+	)
+	type alert struct {
+		Labels      map[string]string `json:"exp_labels"`
+		Annotations map[string]string `json:"exp_annotations"`
+	}
+	type alertTest struct {
+		EvalTime  string  `json:"eval_time"`
+		AlertName string  `json:"alertname"`
+		Alerts    []alert `json:"exp_alerts"`
+	}
+	type group struct {
+		Interval string              `json:"interval"`
+		Series   []map[string]string `json:"input_series"`
+		Alerts   []alertTest         `json:"alert_rule_test"`
+	}
+	at := func(name string, alerts ...alert) alertTest {
+		return alertTest{EvalTime: "2h", AlertName: name, Alerts: append([]alert{}, alerts...)}
+	}
+	nsLabels := func(kv ...string) map[string]string {
+		m := map[string]string{"namespace": ns}
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i]] = kv[i+1]
+		}
+		return m
+	}
+	trouble := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="root"`, "1728000x180"), // 20 days after t=0
+		series(expiry, `pod="p0",kind="signing"`, year),
+		series(leader, `pod="p0"`, "0x180"),
+		series(leader, `pod="p1"`, "0x180"),
+		series(requests, `pod="p0",result="issued",reason=""`, "0+60x180"),                     // 1/s
+		series(requests, `pod="p0",result="denied",reason="identity-not-on-node"`, "0+60x180"), // 1/s
+		series("up", `pod="p0"`, "1x180"),
+		series("up", `pod="p1"`, "0x180"),
+		series(synced, `pod="p0"`, "1x180"),
+		series(synced, `pod="p1"`, "0x180"),
+	}, Alerts: []alertTest{
+		at("WorkloadCARootExpiringSoon", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCARootExpiringSoon", "{{ $value | humanizeDuration }}", "19d 22h 0m 0s")}),
+		at("WorkloadCAIntermediateExpiringSoon"),
+		at("WorkloadCACertificateExpiryCritical"),
+		at("WorkloadCANoLeader", alert{nsLabels("severity", "warning"), expect("WorkloadCANoLeader")}),
+		at("WorkloadCADenialSpike", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCADenialSpike", "{{ $value | humanizePercentage }}", "50%")}),
+		at("WorkloadCAReplicaDown", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCAReplicaDown")}),
+		at("WorkloadCADown"),
+		at("WorkloadCANotReady", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCANotReady")}),
+	}}
+	healthy := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="root"`, year),
+		series(expiry, `pod="p0",kind="intermediate"`, year),
+		series(expiry, `pod="p0",kind="signing"`, year),
+		series(leader, `pod="p0"`, "1x180"),
+		series(leader, `pod="p1"`, "0x180"),
+		series(requests, `pod="p0",result="issued",reason=""`, "0+60x180"),
+		series(requests, `pod="p0",result="denied",reason="identity-not-on-node"`, "0+0.6x180"), // 1%
+		series("up", `pod="p0"`, "1x180"),
+		series("up", `pod="p1"`, "1x180"),
+		series(synced, `pod="p0"`, "1x180"),
+		series(synced, `pod="p1"`, "1x180"),
+	}}
+	for name := range annotations {
+		healthy.Alerts = append(healthy.Alerts, at(name))
+	}
+	slices.SortFunc(healthy.Alerts, func(a, b alertTest) int { return strings.Compare(a.AlertName, b.AlertName) })
+	dire := group{Interval: "1m", Series: []map[string]string{
+		series(expiry, `pod="p0",kind="intermediate"`, "432000x180"), // 5 days
+		series("up", `pod="p0"`, "0x180"),
+		series("up", `pod="p1"`, "0x180"),
+	}, Alerts: []alertTest{
+		at("WorkloadCACertificateExpiryCritical", alert{nsLabels("severity", "critical", "kind", "intermediate"),
+			expect("WorkloadCACertificateExpiryCritical", "{{ $labels.kind }}", "intermediate")}),
+		at("WorkloadCAIntermediateExpiringSoon", alert{nsLabels("severity", "warning", "kind", "intermediate"),
+			expect("WorkloadCAIntermediateExpiringSoon", "{{ $labels.kind }}", "intermediate",
+				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
+		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
+	}}
+	if len(annotations) < 8 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 8", len(annotations))
+	}
+
+	dir := t.TempDir()
+	write := func(name string, v any) {
+		b, err := json.Marshal(v) // JSON is YAML
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules.yaml", spec)
+	write("test.yaml", map[string]any{"rule_files": []string{"rules.yaml"}, "evaluation_interval": "1m",
+		"tests": []group{trouble, healthy, dire}})
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "test.yaml"}} {
+		cmd := exec.CommandContext(t.Context(), promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
