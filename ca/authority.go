@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"crypto"
 	"crypto/x509"
-	"encoding/pem"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -18,6 +18,9 @@ import (
 type Authority struct {
 	cfg   Config
 	state atomic.Pointer[state]
+	// templates recycles leaf templates (*x509.Certificate, over a KiB
+	// each): x509.CreateCertificate keeps no reference to its template.
+	templates sync.Pool
 }
 
 // state is everything the signing path needs, computed once per material
@@ -114,10 +117,6 @@ func containsCert(certs []*x509.Certificate, c *x509.Certificate) bool {
 	return slices.ContainsFunc(certs, func(x *x509.Certificate) bool {
 		return bytes.Equal(x.Raw, c.Raw)
 	})
-}
-
-func encodeCert(der []byte) string {
-	return string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}))
 }
 
 // Intermediates returns the CA certificates sent between a leaf and the

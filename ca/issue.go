@@ -30,13 +30,15 @@ const serialAttempts = 4
 // result. x509.CreateCertificate already checks the signature it produced,
 // so verification looks only at content.
 func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
-	tmpl, err := a.template(s.cert, spec)
+	tmpl, _ := a.templates.Get().(*x509.Certificate)
+	if tmpl == nil {
+		tmpl = new(x509.Certificate)
+	}
+	der, err := a.sign(s, spec, tmpl)
+	*tmpl = x509.Certificate{}
+	a.templates.Put(tmpl)
 	if err != nil {
 		return nil, err
-	}
-	der, err := x509.CreateCertificate(a.cfg.Rand, tmpl, s.cert, spec.pub, s.signer)
-	if err != nil {
-		return nil, fmt.Errorf("ca: signing: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -48,19 +50,31 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 	return leaf, nil
 }
 
-// template returns the leaf template: empty subject (so Go marks the SAN
-// extension critical), a random serial, the names of spec, no CA rights,
-// and a validity window inside the issuer's.
-func (a *Authority) template(issuer *x509.Certificate, spec *leafSpec) (*x509.Certificate, error) {
+// sign fills the zero template t for spec and signs it with s.
+func (a *Authority) sign(s *state, spec *leafSpec, t *x509.Certificate) ([]byte, error) {
+	if err := a.template(s.cert, spec, t); err != nil {
+		return nil, err
+	}
+	der, err := x509.CreateCertificate(a.cfg.Rand, t, s.cert, spec.pub, s.signer)
+	if err != nil {
+		return nil, fmt.Errorf("ca: signing: %w", err)
+	}
+	return der, nil
+}
+
+// template fills t with the leaf template: empty subject (so Go marks the
+// SAN extension critical), a random serial, the names of spec, no CA
+// rights, and a validity window inside the issuer's.
+func (a *Authority) template(issuer *x509.Certificate, spec *leafSpec, t *x509.Certificate) error {
 	notBefore, notAfter, err := a.validity(issuer, spec.ttl)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	serial, err := randomSerial(a.cfg.Rand)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	t := &x509.Certificate{
+	*t = x509.Certificate{
 		SerialNumber:          serial,
 		NotBefore:             notBefore,
 		NotAfter:              notAfter,
@@ -73,7 +87,7 @@ func (a *Authority) template(issuer *x509.Certificate, spec *leafSpec) (*x509.Ce
 	if !spec.id.IsZero() {
 		t.URIs = []*url.URL{spec.id.URL()}
 	}
-	return t, nil
+	return nil
 }
 
 // validity returns NotBefore = now - Backdate and NotAfter = now + ttl,
