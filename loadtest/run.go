@@ -350,19 +350,22 @@ func (r *runner) connectAll(ctx context.Context) error {
 	return g.Wait()
 }
 
-// send makes the n-th request of z and checks the response.
-func (r *runner) send(z *ztunnel, n uint64) error {
+// send makes the n-th request of z and checks the response. It returns
+// when the answer arrived: latency ends there, not after the client's own
+// check of the certificates.
+func (r *runner) send(z *ztunnel, n uint64) (time.Time, error) {
 	req, id := z.request(n)
 	ctx, cancel := context.WithTimeout(z.ctx, r.cfg.Timeout)
 	defer cancel()
 	resp, err := z.client.CreateCertificate(ctx, req)
+	answered := time.Now()
 	if err != nil || r.cfg.NoCheck {
-		return err
+		return answered, err
 	}
 	if _, err := caclient.CheckResponse(resp.GetCertChain(), id); err != nil {
-		return &classError{class: ErrInvalidResponse, err: err}
+		return answered, &classError{class: ErrInvalidResponse, err: err}
 	}
-	return nil
+	return answered, nil
 }
 
 // classError is a failure that is not a gRPC status.
@@ -422,8 +425,8 @@ func (r *runner) closedLoop() {
 			wg.Go(func() {
 				for r.runCtx.Err() == nil {
 					t0 := time.Now()
-					err := r.send(z, z.next.Add(1)-1)
-					r.record(t0, time.Now(), err)
+					end, err := r.send(z, z.next.Add(1)-1)
+					r.record(t0, end, err)
 				}
 			})
 		}
@@ -443,8 +446,8 @@ func (r *runner) openLoop() {
 					case <-r.runCtx.Done():
 						return
 					case due := <-z.queue:
-						err := r.send(z, z.next.Add(1)-1)
-						r.record(due, time.Now(), err)
+						end, err := r.send(z, z.next.Add(1)-1)
+						r.record(due, end, err)
 					}
 				}
 			})
@@ -520,8 +523,8 @@ func (r *runner) fetch(z *ztunnel, i uint64) bool {
 	backoff := 50 * time.Millisecond
 	for attempt := uint64(0); ; attempt++ {
 		t0 := time.Now()
-		err := r.send(z, i+attempt*uint64(len(z.ids)))
-		r.record(t0, time.Now(), err)
+		end, err := r.send(z, i+attempt*uint64(len(z.ids)))
+		r.record(t0, end, err)
 		if err == nil {
 			return true
 		}
