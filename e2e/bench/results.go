@@ -87,6 +87,8 @@ func (r results) table() tableSummary {
 	zero := func(v float64) bool { return v == 0 }
 	rows := []row{
 		{key: "floor_certs_per_sec_per_core", format: "%.0f"},
+		{key: "floor_before_certs_per_sec_per_core", format: "%.0f"},
+		{key: "floor_after_certs_per_sec_per_core", format: "%.0f"},
 		{key: "floor_wall_certs_per_sec", format: "%.0f"},
 		{key: "floor_rsa2048_certs_per_sec_per_core", format: "%.0f"},
 		{key: "e2e_ztunnels", format: "%.0f"},
@@ -108,6 +110,8 @@ func (r results) table() tableSummary {
 		{key: "half_rate_server_cores_used", format: "%.2f"},
 		{key: "p50_ms_at_half_rate", format: "%.2f"},
 		{key: "p99_ms_at_half_rate", format: "%.2f", target: "<= 10", ok: func(v float64) bool { return v <= 10 }},
+		{key: "service_p50_ms_at_half_rate", format: "%.2f"},
+		{key: "service_p99_ms_at_half_rate", format: "%.2f"},
 		{key: "p99_9_ms_at_half_rate", format: "%.2f"},
 		{key: "half_rate_errors", format: "%.0f", target: "0", ok: zero},
 		{key: "storm_ztunnels", format: "%.0f"},
