@@ -28,14 +28,7 @@ func BenchmarkCreateCertificate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pods := &authztest.Pods{}
-	pods.Add("istio-system", "ztunnel-a", authz.PodInfo{UID: "zt-a", NodeName: "node-a", ServiceAccount: "ztunnel"})
-	pods.Add("demo", "web-1", authz.PodInfo{UID: "web-1", NodeName: "node-a", ServiceAccount: "web"})
-	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: td, Pods: pods,
-		NodeAgents: []authz.NodeAgent{{Namespace: "istio-system", ServiceAccount: "ztunnel"}}})
-	if err != nil {
-		b.Fatal(err)
-	}
+	policy := testPolicy(b)
 	authn := &authztest.Authenticator{Callers: map[string]authz.Caller{
 		"ztunnel-token": {Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "ztunnel-a", PodUID: "zt-a", NodeName: "node-a"},
 	}}
@@ -44,6 +37,7 @@ func BenchmarkCreateCertificate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	b.Cleanup(svc.Close)
 	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
 	csr, _ := testca.ZtunnelCSR(b, web)
 	req := &capb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: 86400,

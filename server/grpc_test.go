@@ -54,15 +54,7 @@ func newEnv(t *testing.T, m *ca.Material) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pods := &authztest.Pods{}
-	pods.Add("istio-system", "ztunnel-a", authz.PodInfo{UID: "zt-a", NodeName: "node-a", ServiceAccount: "ztunnel"})
-	pods.Add("demo", "web-1", authz.PodInfo{UID: "web-1", NodeName: "node-a", ServiceAccount: "web"})
-	pods.Add("demo", "db-1", authz.PodInfo{UID: "db-1", NodeName: "node-b", ServiceAccount: "db"})
-	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: td, Pods: pods,
-		NodeAgents: []authz.NodeAgent{{Namespace: "istio-system", ServiceAccount: "ztunnel"}}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	policy := testPolicy(t)
 	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
 		audit: &syncBuffer{}, obs: &recorder{},
 		authn: &authztest.Authenticator{Callers: map[string]authz.Caller{
@@ -93,6 +85,22 @@ func newEnv(t *testing.T, m *ca.Material) *env {
 		}
 	})
 	return e
+}
+
+// testPolicy is the node-scoped policy over a cluster of three pods: a
+// ztunnel and web on node-a, db on node-b.
+func testPolicy(tb testing.TB) *authz.Policy {
+	tb.Helper()
+	pods := &authztest.Pods{}
+	pods.Add("istio-system", "ztunnel-a", authz.PodInfo{UID: "zt-a", NodeName: "node-a", ServiceAccount: "ztunnel"})
+	pods.Add("demo", "web-1", authz.PodInfo{UID: "web-1", NodeName: "node-a", ServiceAccount: "web"})
+	pods.Add("demo", "db-1", authz.PodInfo{UID: "db-1", NodeName: "node-b", ServiceAccount: "db"})
+	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: td, Pods: pods,
+		NodeAgents: []authz.NodeAgent{{Namespace: "istio-system", ServiceAccount: "ztunnel"}}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return policy
 }
 
 func (e *env) dialer() grpc.DialOption {
