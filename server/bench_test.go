@@ -37,7 +37,6 @@ func BenchmarkCreateCertificate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(svc.Close)
 	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
 	csr, _ := testca.ZtunnelCSR(b, web)
 	req := &capb.IstioCertificateRequest{Csr: string(csr), ValidityDuration: 86400,

@@ -65,10 +65,8 @@ func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) 
 func (g *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo { return g.grpc.GetServiceInfo() }
 
 // Serve serves on lis until ctx ends, then stops gracefully: in-flight
-// requests finish (up to GracePeriod) and new ones are refused. The
-// service is closed when Serve returns.
+// requests finish (up to GracePeriod) and new ones are refused.
 func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
-	defer g.svc.Close()
 	done := make(chan struct{})
 	go g.watchHealth(ctx, done)
 	errc := make(chan error, 1)

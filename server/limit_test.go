@@ -13,7 +13,6 @@ import (
 func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		l := newCPULimiter(1, time.Second)
-		defer l.close()
 		release := make(chan struct{})
 		go func() { _ = l.do(context.Background(), func() error { <-release; return nil }) }()
 		synctest.Wait() // the slot is taken
@@ -47,34 +46,5 @@ func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 			t.Fatalf("do(cancelled) = %v", err)
 		}
 		close(hold)
-	})
-}
-
-func TestCPULimiterRaisesAPanicOnTheCaller(t *testing.T) {
-	l := newCPULimiter(1, time.Second)
-	defer l.close()
-	defer func() {
-		p := recover()
-		cp, ok := p.(cpuPanic)
-		if !ok || cp.value != "boom" || len(cp.stack) == 0 {
-			t.Fatalf("recovered %v, want the worker's panic with its stack", p)
-		}
-		// The worker survived its panic.
-		if err := l.do(context.Background(), func() error { return nil }); err != nil {
-			t.Fatalf("do after a panic: %v", err)
-		}
-	}()
-	_ = l.do(context.Background(), func() error { panic("boom") })
-	t.Fatal("do returned after a panic")
-}
-
-func TestCPULimiterAfterCloseFailsAsOverloaded(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newCPULimiter(2, time.Second)
-		l.close()
-		synctest.Wait() // the workers are gone
-		if err := l.do(context.Background(), func() error { t.Fatal("ran after close"); return nil }); !errors.Is(err, errOverloaded) {
-			t.Fatalf("do after close = %v, want overloaded", err)
-		}
 	})
 }

@@ -105,10 +105,6 @@ func NewService(cfg Config) (*Service, error) {
 	return s, nil
 }
 
-// Close stops the workers of the CPU-bound steps. Call it once the server
-// no longer sends requests; requests after it fail with Unavailable.
-func (s *Service) Close() { s.cpu.close() }
-
 // decision is what one request came to, for the log and the audit record.
 type decision struct {
 	caller    authz.Caller
