@@ -48,7 +48,7 @@ type env struct {
 
 const servingName = "workload-ca.istio-system.svc"
 
-func newEnv(t *testing.T, m *ca.Material) *env {
+func newEnv(t testing.TB, m *ca.Material) *env {
 	t.Helper()
 	authority, err := ca.New(ca.Config{TrustDomain: td}, m)
 	if err != nil {
@@ -107,7 +107,7 @@ func (e *env) dialer() grpc.DialOption {
 	return grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return e.lis.DialContext(ctx) })
 }
 
-func (e *env) client(t *testing.T) *caclient.Client {
+func (e *env) client(t testing.TB) *caclient.Client {
 	t.Helper()
 	c, err := caclient.Dial(caclient.Config{Address: "passthrough:///" + servingName, Roots: e.roots, DialOptions: []grpc.DialOption{e.dialer()}})
 	if err != nil {
