@@ -73,7 +73,13 @@ type Request struct {
 	TTL time.Duration
 	// Key is the key to certify; a new P-256 key when nil.
 	Key crypto.Signer
+	// ClusterID is sent as the clusterid header; default DefaultClusterID.
+	ClusterID string
 }
+
+// DefaultClusterID is the cluster id ztunnel sends unless configured
+// otherwise (Istio's default).
+const DefaultClusterID = "Kubernetes"
 
 // Result is a checked response.
 type Result struct {
@@ -105,7 +111,11 @@ func (c *Client) CreateCertificate(ctx context.Context, r Request) (*Result, err
 			"ImpersonatedIdentity": structpb.NewStringValue(r.Identity.String()),
 		}}
 	}
-	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.Token, "clusterid", "Kubernetes")
+	clusterID := r.ClusterID
+	if clusterID == "" {
+		clusterID = DefaultClusterID
+	}
+	ctx = metadata.AppendToOutgoingContext(ctx, "authorization", "Bearer "+r.Token, "clusterid", clusterID)
 	resp, err := c.svc.CreateCertificate(ctx, req)
 	if err != nil {
 		return nil, err

@@ -242,7 +242,7 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	defer stop()
 	for i, z := range r.zts {
 		z.ctx = metadata.AppendToOutgoingContext(reqCtx,
-			"authorization", "Bearer "+cfg.Plan[i].Token, "clusterid", "Kubernetes")
+			"authorization", "Bearer "+cfg.Plan[i].Token, "clusterid", caclient.DefaultClusterID)
 	}
 	stopProgress := r.progress()
 	switch {

@@ -65,7 +65,7 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 		e.roots.AddCert(r)
 	}
 	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: authority,
-		Ready: e.ready.get, Observer: e.obs,
+		Ready: e.ready.get, Observer: e.obs, ClusterID: caclient.DefaultClusterID,
 		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -172,6 +172,7 @@ func TestErrorCodes(t *testing.T) {
 		want  codes.Code
 	}{
 		{name: "no token", req: caclient.Request{Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unauthenticated},
+		{name: "ztunnel of another cluster", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://cluster.local/ns/demo/sa/web"), Impersonate: true, ClusterID: "east"}, want: codes.Unauthenticated},
 		{name: "unknown token", req: caclient.Request{Token: "garbage", Identity: id("spiffe://cluster.local/ns/demo/sa/web")}, want: codes.Unauthenticated},
 		{name: "workload impersonating", req: caclient.Request{Token: "web-token", Identity: id("spiffe://cluster.local/ns/demo/sa/db"), Impersonate: true}, want: codes.PermissionDenied},
 		{name: "ztunnel asking for another node's identity", req: caclient.Request{Token: "ztunnel-token", Identity: id("spiffe://cluster.local/ns/demo/sa/db"), Impersonate: true}, want: codes.PermissionDenied},

@@ -79,6 +79,26 @@ func seconds(s int64) time.Duration {
 	return time.Duration(s) * time.Second
 }
 
+// ClusterIDKey is the request header in which ztunnel and istio-agent name
+// the cluster they run in (Istio's default: "Kubernetes").
+const ClusterIDKey = "clusterid"
+
+// checkClusterID refuses a request whose clusterid header names a cluster
+// other than want, as istiod does: its token was issued by another
+// cluster's API server, which ours cannot review. An absent header, or an
+// empty want, accepts the request.
+func checkClusterID(md metadata.MD, want string) error {
+	if want == "" {
+		return nil
+	}
+	for _, v := range md.Get(ClusterIDKey) {
+		if v != want {
+			return fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, v, want)
+		}
+	}
+	return nil
+}
+
 // maxTokenSize bounds the bearer token we accept; service-account JWTs are
 // around 1 KiB.
 const maxTokenSize = 16 << 10

@@ -119,3 +119,27 @@ func FuzzParseRequest(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckClusterID(t *testing.T) {
+	tests := []struct {
+		name   string
+		md     metadata.MD
+		want   string
+		refuse bool
+	}{
+		{name: "no cluster configured accepts any", md: metadata.Pairs(ClusterIDKey, "east"), want: ""},
+		{name: "our cluster", md: metadata.Pairs(ClusterIDKey, "Kubernetes"), want: "Kubernetes"},
+		{name: "no header", md: metadata.MD{}, want: "Kubernetes"},
+		{name: "another cluster", md: metadata.Pairs(ClusterIDKey, "east"), want: "Kubernetes", refuse: true},
+		{name: "ours and another", md: metadata.Pairs(ClusterIDKey, "Kubernetes", ClusterIDKey, "east"), want: "Kubernetes", refuse: true},
+		{name: "empty value is another cluster", md: metadata.Pairs(ClusterIDKey, ""), want: "Kubernetes", refuse: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := checkClusterID(tt.md, tt.want)
+			if tt.refuse != (err != nil) || (err != nil && !errors.Is(err, authz.ErrUnauthenticated)) {
+				t.Fatalf("checkClusterID() = %v, want refused %v (unauthenticated)", err, tt.refuse)
+			}
+		})
+	}
+}

@@ -47,6 +47,9 @@ type Config struct {
 	Signer        Signer
 	// Ready reports whether the CA can serve (nil: always ready).
 	Ready func() error
+	// ClusterID, if set, refuses requests whose clusterid header names
+	// another cluster (Unauthenticated).
+	ClusterID string
 	// Audit receives one record per decision, issued or refused (default:
 	// Logger). It never sees a token, a key or a CSR.
 	Audit    *slog.Logger
@@ -63,14 +66,15 @@ type Config struct {
 // Service implements IstioCertificateService.
 type Service struct {
 	capb.UnimplementedIstioCertificateServiceServer
-	authn  Authenticator
-	authz  Authorizer
-	signer Signer
-	ready  func() error
-	audit  *slog.Logger
-	obs    Observer
-	clock  clock.PassiveClock
-	cpu    *cpuLimiter
+	authn     Authenticator
+	authz     Authorizer
+	signer    Signer
+	ready     func() error
+	clusterID string
+	audit     *slog.Logger
+	obs       Observer
+	clock     clock.PassiveClock
+	cpu       *cpuLimiter
 }
 
 // NewService checks the configuration and returns the service.
@@ -79,7 +83,7 @@ func NewService(cfg Config) (*Service, error) {
 		return nil, errors.New("server: authenticator, authorizer and signer are required")
 	}
 	s := &Service{authn: cfg.Authenticator, authz: cfg.Authorizer, signer: cfg.Signer,
-		ready: cfg.Ready, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock}
+		ready: cfg.Ready, clusterID: cfg.ClusterID, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock}
 	if s.ready == nil {
 		s.ready = func() error { return nil }
 	}
@@ -132,6 +136,9 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 		return errors.Join(errNotReady, err)
 	}
 	md, _ := metadata.FromIncomingContext(ctx)
+	if err := checkClusterID(md, s.clusterID); err != nil {
+		return err
+	}
 	token, err := bearerToken(md)
 	if err != nil {
 		return err

@@ -33,6 +33,7 @@ type requestConfig struct {
 	Timeout     time.Duration
 	OutDir      string
 	JSON        bool
+	ClusterID   string
 }
 
 func parseRequestFlags(args []string, stderr io.Writer) (requestConfig, error) {
@@ -50,6 +51,7 @@ func parseRequestFlags(args []string, stderr io.Writer) (requestConfig, error) {
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
 	fs.StringVar(&c.OutDir, "out-dir", "", "write cert-chain.pem, key.pem and root-cert.pem here")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
+	fs.StringVar(&c.ClusterID, "cluster-id", caclient.DefaultClusterID, "cluster id sent in the clusterid header (ztunnel's CLUSTER_ID)")
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
@@ -96,6 +98,7 @@ func runRequest(ctx context.Context, args []string, stdout, stderr io.Writer) er
 	defer cancel()
 	res, err := client.CreateCertificate(ctx, caclient.Request{
 		Token: strings.TrimSpace(string(token)), Identity: cfg.Identity, Impersonate: cfg.Impersonate, TTL: cfg.TTL,
+		ClusterID: cfg.ClusterID,
 	})
 	if err != nil {
 		if st, ok := status.FromError(err); ok {

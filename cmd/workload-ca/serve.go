@@ -40,6 +40,7 @@ type serveConfig struct {
 	KubeBurst       int
 	TokenAudiences  []string
 	TokenCacheTTL   time.Duration
+	ClusterID       string
 	NodeAgents      []authz.NodeAgent
 	GracePeriod     time.Duration
 	LogLevel        slog.Level
@@ -88,6 +89,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests")
 	fs.Var(&audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
+	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")

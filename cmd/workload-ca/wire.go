@@ -279,7 +279,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	}, a.extraChecks...)...)
 	svc, err := server.NewService(server.Config{
 		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
-		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
+		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) }, ClusterID: a.cfg.ClusterID,
 		MaxConcurrentSigns: a.cfg.MaxConcurrentSigns, QueueTimeout: a.cfg.SignQueueTimeout,
 	})
 	if err != nil {
