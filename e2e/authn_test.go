@@ -66,7 +66,22 @@ func (s *suite) authnCases() []testCase {
 			}
 		}})
 	}
-	return append(cases, testCase{"Unauthenticated: a token the CA accepted, once its pod is deleted", s.testCachedTokenOfDeletedPod})
+	return append(cases,
+		testCase{"Unauthenticated: a token the CA accepted, once its pod is deleted", s.testCachedTokenOfDeletedPod},
+		testCase{"Unauthenticated: a valid ztunnel token that claims another cluster", s.testOtherCluster})
+}
+
+// testOtherCluster: with --cluster-id set, a request whose clusterid header
+// names another cluster is refused, though its token is valid here.
+func (s *suite) testOtherCluster(t *testing.T) {
+	args := cahost.RequestArgs{Token: s.ztunnelA, Identity: id("demo", "web"), Impersonate: true}
+	if _, err := s.request(t, args); err != nil {
+		t.Fatalf("from our cluster: %v", err)
+	}
+	args.ClusterID = "east"
+	if _, err := s.request(t, args); cahost.Code(err) != codes.Unauthenticated {
+		t.Fatalf("from cluster east: %v, want Unauthenticated", err)
+	}
 }
 
 // testCachedTokenOfDeletedPod: a token reviewed (and cached) while its pod

@@ -108,6 +108,7 @@ func newSuite(ctx context.Context) (s *suite, err error) {
 	s.ca, err = cahost.Start(ctx, cahost.Options{
 		Kubeconfig: s.cp.KubeconfigPath(), // admin for now; the chart's RBAC comes later
 		WorkDir:    filepath.Join(s.workDir, "ca"),
+		ExtraArgs:  []string{"--cluster-id", "Kubernetes"}, // Istio's default, which ztunnel sends
 	})
 	if err != nil {
 		return s, err

@@ -30,6 +30,9 @@ type RequestArgs struct {
 	// Timeout is the command's deadline for the call; default 10s. ctx
 	// bounds the whole command too.
 	Timeout time.Duration
+	// ClusterID is sent in the clusterid header; empty leaves the
+	// command's default (Kubernetes).
+	ClusterID string
 }
 
 // Result is the JSON that `workload-ca request --output json` prints. The
@@ -96,6 +99,9 @@ func (c *CA) Request(ctx context.Context, r RequestArgs) (Result, error) {
 	}
 	if r.TTL > 0 {
 		args = append(args, "--ttl", r.TTL.String())
+	}
+	if r.ClusterID != "" {
+		args = append(args, "--cluster-id", r.ClusterID)
 	}
 	// A short-lived command bounded by --timeout and ctx: it gets no
 	// Pdeathsig (see e2e/internal/proc), so a killed test binary leaves
