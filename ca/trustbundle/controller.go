@@ -163,8 +163,16 @@ func (r *run) ensure(ctx context.Context, t target, name, content string) (strin
 			return ResultError, err
 		}
 		// The cache lags behind a create (ours, moments ago, or someone's):
-		// compare with the live object instead.
-		if cur, err = r.api.get(ctx, name); err != nil {
+		// compare with the live object instead. If it was deleted in the
+		// meantime, create it once more.
+		cur, err = r.api.get(ctx, name)
+		if apierrors.IsNotFound(err) {
+			if err := r.create(ctx, t, name, content); err != nil {
+				return ResultError, err
+			}
+			return ResultCreated, nil
+		}
+		if err != nil {
 			return ResultError, fmt.Errorf("get ClusterTrustBundle %s: %w", name, err)
 		}
 	}

@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // state is what the tests compare of a bundle.
@@ -209,6 +210,42 @@ func TestReconcileRootsReordered(t *testing.T) {
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
 	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
 		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
+	}
+}
+
+// TestReconcileCacheLagThenDeleted: the informer has not seen the bundle
+// yet, so the create fails with AlreadyExists, and by the time the live
+// object is read someone has deleted it: it is created again, no error.
+func TestReconcileCacheLagThenDeleted(t *testing.T) {
+	roots := newRoots(t, 1)
+	content := mustContent(t, roots[0])
+	name := hashedName(content)
+	rs := &rootSet{}
+	rs.set(roots[0])
+	client, r := newTestRun(t, Config{Roots: rs.get})
+	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD))); err != nil {
+		t.Fatal(err)
+	}
+	deleted := false
+	client.PrependReactor("get", "clustertrustbundles", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if !deleted {
+			deleted = true
+			if err := client.Tracker().Delete(certv1.SchemeGroupVersion.WithResource("clustertrustbundles"), "", name); err != nil {
+				t.Error(err)
+			}
+		}
+		return false, nil, nil
+	})
+	result, err := r.reconcile(context.Background(), DefaultSignerName)
+	if err != nil || result != ResultCreated {
+		t.Fatalf("reconcile = %q, %v; want %q", result, err, ResultCreated)
+	}
+	if diff := cmp.Diff([]string{"create", "create"}, writeVerbs(client)); diff != "" {
+		t.Errorf("writes (-want +got):\n%s", diff)
+	}
+	want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
+	if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
+		t.Errorf("bundles (-want +got):\n%s", diff)
 	}
 }
 
