@@ -47,6 +47,7 @@ func New(cfg Config, m *Material) (*Authority, error) {
 		return nil, err
 	}
 	a := &Authority{cfg: cfg}
+	a.templates.New = func() any { return new(x509.Certificate) }
 	if err := a.SetMaterial(m); err != nil {
 		return nil, err
 	}

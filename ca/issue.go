@@ -30,15 +30,17 @@ const serialAttempts = 4
 // result. x509.CreateCertificate already checks the signature it produced,
 // so verification looks only at content.
 func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
-	tmpl, _ := a.templates.Get().(*x509.Certificate)
-	if tmpl == nil {
-		tmpl = new(x509.Certificate)
-	}
-	der, err := a.sign(s, spec, tmpl)
-	*tmpl = x509.Certificate{}
-	a.templates.Put(tmpl)
-	if err != nil {
+	tmpl := a.templates.Get().(*x509.Certificate)
+	defer func() {
+		*tmpl = x509.Certificate{} // the pool must not keep the request's key alive
+		a.templates.Put(tmpl)
+	}()
+	if err := a.template(s.cert, spec, tmpl); err != nil {
 		return nil, err
+	}
+	der, err := x509.CreateCertificate(a.cfg.Rand, tmpl, s.cert, spec.pub, s.signer)
+	if err != nil {
+		return nil, fmt.Errorf("ca: signing: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
@@ -48,18 +50,6 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 		return nil, err
 	}
 	return leaf, nil
-}
-
-// sign fills the zero template t for spec and signs it with s.
-func (a *Authority) sign(s *state, spec *leafSpec, t *x509.Certificate) ([]byte, error) {
-	if err := a.template(s.cert, spec, t); err != nil {
-		return nil, err
-	}
-	der, err := x509.CreateCertificate(a.cfg.Rand, t, s.cert, spec.pub, s.signer)
-	if err != nil {
-		return nil, fmt.Errorf("ca: signing: %w", err)
-	}
-	return der, nil
 }
 
 // template fills t with the leaf template: empty subject (so Go marks the
