@@ -41,11 +41,6 @@ const envHelm = "WORKLOAD_CA_HELM"
 // fieldManager owns what the tests apply.
 const fieldManager = "workload-ca-e2e"
 
-// pendingFlags are flags the chart renders that the binary is announced to
-// get; until it has them, the tests log instead of failing. None now: the
-// binary has --ca-secret, which was listed here.
-var pendingFlags []string
-
 // TestChart renders the chart with the default values and with every file
 // in its ci/ folder, lints it, checks that every flag it renders is one the
 // binary knows, and applies the manifests with a server-side dry run
@@ -451,8 +446,7 @@ func knownServeFlags(t *testing.T) map[string]bool {
 	return flags
 }
 
-// checkFlags fails on a rendered flag the binary does not know, except the
-// announced ones, which are logged.
+// checkFlags fails on a rendered flag the binary does not know.
 func checkFlags(t *testing.T, known map[string]bool, args []string) {
 	t.Helper()
 	for _, a := range args {
@@ -460,10 +454,7 @@ func checkFlags(t *testing.T, known map[string]bool, args []string) {
 		switch {
 		case !ok:
 			t.Errorf("argument %q is not --flag=value", a)
-		case known[name]:
-		case slices.Contains(pendingFlags, name):
-			t.Logf("the chart renders --%s, which this workload-ca does not have yet", name)
-		default:
+		case !known[name]:
 			t.Errorf("the chart renders --%s, which `workload-ca serve` does not know", name)
 		}
 	}
