@@ -57,10 +57,7 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 	policy := testPolicy(t)
 	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
 		audit: &syncBuffer{}, obs: &recorder{},
-		authn: &authztest.Authenticator{Callers: map[string]authz.Caller{
-			"ztunnel-token": {Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "ztunnel-a", PodUID: "zt-a", NodeName: "node-a"},
-			"web-token":     {Namespace: "demo", ServiceAccount: "web", PodName: "web-1", PodUID: "web-1", NodeName: "node-a"},
-		}}}
+		authn: testAuthenticator()}
 	for _, r := range authority.Roots() {
 		e.roots.AddCert(r)
 	}
@@ -85,6 +82,15 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 		}
 	})
 	return e
+}
+
+// testAuthenticator knows the tokens of ztunnel-a and web-1 (see
+// testPolicy).
+func testAuthenticator() *authztest.Authenticator {
+	return &authztest.Authenticator{Callers: map[string]authz.Caller{
+		"ztunnel-token": {Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "ztunnel-a", PodUID: "zt-a", NodeName: "node-a"},
+		"web-token":     {Namespace: "demo", ServiceAccount: "web", PodName: "web-1", PodUID: "web-1", NodeName: "node-a"},
+	}}
 }
 
 // testPolicy is the node-scoped policy over a cluster of three pods: a
@@ -268,7 +274,7 @@ func mustDial(t *testing.T, e *env) net.Conn {
 	return conn
 }
 
-func (e *env) conn(t *testing.T) *grpc.ClientConn {
+func (e *env) conn(t testing.TB) *grpc.ClientConn {
 	t.Helper()
 	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: e.roots, ServerName: servingName})
 	conn, err := grpc.NewClient("passthrough:///"+servingName, grpc.WithTransportCredentials(creds), e.dialer())
