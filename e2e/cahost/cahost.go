@@ -95,9 +95,7 @@ func Start(ctx context.Context, opts Options) (*CA, error) {
 		return nil, err
 	}
 	if err := c.start(ctx); err != nil {
-		if c.proc != nil {
-			_ = c.proc.Kill(10 * time.Second)
-		}
+		_ = c.proc.Kill(10 * time.Second) // nil-safe: start may fail before exec
 		_ = c.logFile.Close()
 		return nil, fmt.Errorf("workload-ca (work dir %s): %w", c.workDir, err)
 	}
