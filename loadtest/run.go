@@ -265,7 +265,10 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 // connect lazily).
 func (r *runner) prepare() error {
 	tlsCfg := &tls.Config{MinVersion: tls.VersionTLS13, RootCAs: r.cfg.Roots, ServerName: r.cfg.ServerName}
-	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg))}, r.cfg.DialOptions...)
+	// Fixed flow-control windows with hyper's defaults, as ztunnel's HTTP/2
+	// client has them: no bandwidth-estimation pings.
+	opts := append([]grpc.DialOption{grpc.WithTransportCredentials(credentials.NewTLS(tlsCfg)),
+		grpc.WithStaticStreamWindowSize(2 << 20), grpc.WithStaticConnWindowSize(5 << 20)}, r.cfg.DialOptions...)
 	type job struct{ z, i int }
 	var jobs []job
 	for zi, p := range r.cfg.Plan {

@@ -37,6 +37,16 @@ func TLSConfig(getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error), min
 	}
 }
 
+// Flow-control windows. Requests are a few KiB, far below any window, so
+// the windows are fixed: gRPC's default bandwidth estimation would otherwise
+// ping every connection once per round trip for as long as it lives (it
+// only stops once a window has grown to 16 MiB, which small messages never
+// cause), costing a write and a read per ping.
+const (
+	streamWindow = 1 << 16
+	connWindow   = 1 << 20
+)
+
 // GRPCServer serves the certificate service and the standard health service.
 type GRPCServer struct {
 	grpc   *grpc.Server
@@ -52,6 +62,8 @@ func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) 
 		grpc.Creds(credentials.NewTLS(tlsCfg)),
 		grpc.MaxRecvMsgSize(MaxRequestSize),
 		grpc.KeepaliveEnforcementPolicy(keepalive.EnforcementPolicy{MinTime: 10 * time.Second, PermitWithoutStream: true}),
+		grpc.StaticStreamWindowSize(streamWindow),
+		grpc.StaticConnWindowSize(connWindow),
 	}, opts...)
 	g := &GRPCServer{grpc: grpc.NewServer(opts...), health: health.NewServer(), svc: svc, GracePeriod: 15 * time.Second}
 	capb.RegisterIstioCertificateServiceServer(g.grpc, svc)
