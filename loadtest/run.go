@@ -142,6 +142,10 @@ type Summary struct {
 	ErrorsByCode map[string]uint64 `json:"errors_by_code"`
 	CertsPerSec  float64           `json:"certs_per_sec"`
 	LatencyMS    Latency           `json:"latency_ms"`
+	// Rate mode: how late requests were sent after they were due, which
+	// their latency includes (it counts from the due time). A large lag
+	// means this process, not the CA, was short of CPU.
+	StartLagMS *Latency `json:"start_lag_ms,omitempty"`
 
 	// Once mode: when every ztunnel held all its certificates (zero if
 	// some never did), how many did, and when the median one did.
@@ -197,6 +201,7 @@ type runner struct {
 	winTo   time.Time
 
 	lat   Histogram // successful requests completed in the window
+	lag   Histogram // rate mode: due time to sending, of the same requests
 	certs atomic.Uint64
 	codes [codes.Unauthenticated + 1]atomic.Uint64
 	other sync.Map // error class -> *atomic.Uint64
@@ -380,25 +385,27 @@ type classError struct {
 func (e *classError) Error() string { return e.class + ": " + e.err.Error() }
 func (e *classError) Unwrap() error { return e.err }
 
-// record counts one completed request that was due (or started) at due.
-func (r *runner) record(due, end time.Time, err error) {
+// record counts one completed request that was due (or started) at due,
+// and reports whether it was a success counted in the window.
+func (r *runner) record(due, end time.Time, err error) bool {
 	if err != nil {
 		if r.runCtx.Err() != nil && !r.cfg.Once {
-			return // cut off by the end of the run
+			return false // cut off by the end of the run
 		}
 		r.allErrs.Add(1)
 	} else {
 		r.allOK.Add(1)
 	}
 	if !r.cfg.Once && (end.Before(r.winFrom) || !end.Before(r.winTo)) {
-		return
+		return false
 	}
 	if err == nil {
 		r.certs.Add(1)
 		r.lat.Record(end.Sub(due))
-		return
+		return true
 	}
 	r.countError(err)
+	return false
 }
 
 func (r *runner) countError(err error) {
@@ -449,8 +456,11 @@ func (r *runner) openLoop() {
 					case <-r.runCtx.Done():
 						return
 					case due := <-z.queue:
+						sent := time.Now()
 						end, err := r.send(z, z.next.Add(1)-1)
-						r.record(due, end, err)
+						if r.record(due, end, err) {
+							r.lag.Record(sent.Sub(due))
+						}
 					}
 				}
 			})
@@ -583,6 +593,8 @@ func (r *runner) summary(setup time.Duration) *Summary {
 	}
 	if r.cfg.Rate > 0 {
 		s.Mode, s.TargetRate = "rate", r.cfg.Rate
+		lag := latencyOf(&r.lag)
+		s.StartLagMS = &lag
 	}
 	for c := range r.codes {
 		if n := r.codes[c].Load(); n > 0 {

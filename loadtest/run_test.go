@@ -145,6 +145,10 @@ func TestRunOpenLoopChargesQueueing(t *testing.T) {
 	if s.LatencyMS.Max < 100 {
 		t.Errorf("max latency %.1fms: queueing behind a saturated server is not charged", s.LatencyMS.Max)
 	}
+	// Here the wait is in the client, for its one request in flight.
+	if s.StartLagMS == nil || s.StartLagMS.Max < 100 {
+		t.Errorf("start lag %+v: the wait to send is not reported", s.StartLagMS)
+	}
 	if got := f.maxInFlightOf("token-0"); got != 1 {
 		t.Errorf("%d requests in flight, want 1", got)
 	}

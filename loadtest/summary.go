@@ -31,6 +31,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 	p("certs         %d\n", s.Certs)
 	l := s.LatencyMS
 	p("latency ms    p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  mean %.2f\n", l.P50, l.P90, l.P99, l.P999, l.Max, l.Mean)
+	if g := s.StartLagMS; g != nil {
+		p("sent late ms  p50 %.2f  p90 %.2f  p99 %.2f  p99.9 %.2f  max %.2f  (due to sent, part of the latency)\n", g.P50, g.P90, g.P99, g.P999, g.Max)
+	}
 	p("errors        %d", s.Errors)
 	codes := make([]string, 0, len(s.ErrorsByCode))
 	for c := range s.ErrorsByCode {

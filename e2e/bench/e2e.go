@@ -254,6 +254,11 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	}
 	b.logf("  %.0f certs/s, p50 %.2fms, p99 %.2fms, p99.9 %.2fms, errors %d %v",
 		s.CertsPerSec, s.LatencyMS.P50, s.LatencyMS.P99, s.LatencyMS.P999, s.Errors, s.ErrorsByCode)
+	if lag := s.StartLagMS; lag != nil {
+		b.res.set("client_start_lag_p50_ms_at_half_rate", lag.P50)
+		b.res.set("client_start_lag_p99_ms_at_half_rate", lag.P99)
+		b.logf("  of which the load generator's own lag in sending: p50 %.2fms, p99 %.2fms", lag.P50, lag.P99)
+	}
 	// What the client saw includes the transport, the kernel's scheduling of
 	// client and server on shared cores, and the client itself; the audit
 	// log says how long the service took.

@@ -112,6 +112,8 @@ func (r results) table() tableSummary {
 		{key: "p99_ms_at_half_rate", format: "%.2f", target: "<= 10", ok: func(v float64) bool { return v <= 10 }},
 		{key: "service_p50_ms_at_half_rate", format: "%.2f"},
 		{key: "service_p99_ms_at_half_rate", format: "%.2f"},
+		{key: "client_start_lag_p50_ms_at_half_rate", format: "%.2f"},
+		{key: "client_start_lag_p99_ms_at_half_rate", format: "%.2f"},
 		{key: "p99_9_ms_at_half_rate", format: "%.2f"},
 		{key: "half_rate_errors", format: "%.0f", target: "0", ok: zero},
 		{key: "storm_ztunnels", format: "%.0f"},
