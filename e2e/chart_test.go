@@ -153,6 +153,12 @@ func checkDefaultRender(t *testing.T, objs []*unstructured.Unstructured) {
 	}) {
 		t.Errorf("no POD_NAMESPACE from the downward API in %v", env)
 	}
+	if !slices.ContainsFunc(env, func(e any) bool {
+		res, _, _ := unstructured.NestedString(e.(map[string]any), "valueFrom", "resourceFieldRef", "resource")
+		return e.(map[string]any)["name"] == "GOMEMLIMIT" && res == "limits.memory"
+	}) {
+		t.Errorf("no GOMEMLIMIT from the container's memory limit in %v", env)
+	}
 	for _, kind := range []string{"ServiceMonitor", "PrometheusRule", "ConfigMap"} {
 		if slices.ContainsFunc(objs, func(o *unstructured.Unstructured) bool { return o.GetKind() == kind }) {
 			t.Errorf("%s rendered with default values (monitoring is off by default)", kind)

@@ -40,11 +40,11 @@ const floorCSRs = 64
 // threads counts, and other processes on a busy machine do not) and per
 // second of wall time.
 func measureFloor(keyType string, d time.Duration) (floorResult, error) {
-	// The same GC setting as `workload-ca serve` (GOGC 200 unless set, see
+	// The same GC setting as `workload-ca serve` (GOGC 400 unless set, see
 	// cmd/workload-ca/main.go), so floor and server are compared like with
 	// like.
 	if _, set := os.LookupEnv("GOGC"); !set {
-		defer debug.SetGCPercent(debug.SetGCPercent(200))
+		defer debug.SetGCPercent(debug.SetGCPercent(400))
 	}
 	m, err := keystore.GenerateRoot(keystore.GenerateOptions{TrustDomain: trustDomain, KeyType: keyType}, time.Now())
 	if err != nil {
