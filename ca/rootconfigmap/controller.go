@@ -1,0 +1,368 @@
+package rootconfigmap
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"sync"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// errRequeue marks a reconcile that lost a race with another writer: the
+// ConfigMap changed between the cache read and our write. It is retried
+// with backoff like an error, but is not one.
+var errRequeue = errors.New("ConfigMap changed meanwhile")
+
+// run is the state of one Run: the namespace and ConfigMap informers and
+// stores, and the workqueue, keyed by namespace name.
+type run struct {
+	p          *Publisher
+	queue      workqueue.TypedRateLimitingInterface[string]
+	namespaces cache.Store // keyed by name
+	configMaps cache.Store // keyed by namespace/name; only ConfigMapName
+	informers  []cache.Controller
+}
+
+func newRun(p *Publisher) *run {
+	r := &run{
+		p: p,
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
+			workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Clock: p.clock}),
+	}
+	logger := logr.FromSlogHandler(p.log.Handler())
+	core := p.client.CoreV1()
+	// Every namespace is watched, not only selected ones: the selector is
+	// applied in reconcile, so a namespace whose labels change is
+	// reconciled like any other event.
+	nsStore, nsInformer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: listWatch(p.client, "",
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.Namespaces().List(ctx, o)
+			},
+			core.Namespaces().Watch),
+		ObjectType: &corev1.Namespace{},
+		Handler:    enqueueNamespace(r.queue),
+		Transform:  dropManagedFields,
+		Logger:     &logger,
+	})
+	// metadata.name selects our ConfigMap in every namespace; the name is
+	// immutable, so an edited ConfigMap never leaves the selection.
+	cmStore, cmInformer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: listWatch(p.client, fields.OneTermEqualSelector("metadata.name", ConfigMapName).String(),
+			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				return core.ConfigMaps(metav1.NamespaceAll).List(ctx, o)
+			},
+			core.ConfigMaps(metav1.NamespaceAll).Watch),
+		ObjectType: &corev1.ConfigMap{},
+		Handler:    enqueueNamespace(r.queue),
+		Transform:  dropManagedFields,
+		Logger:     &logger,
+	})
+	r.namespaces, r.configMaps = nsStore, cmStore
+	r.informers = []cache.Controller{nsInformer, cmInformer}
+	return r
+}
+
+// listWatch lists and watches with fieldSelector ("" for everything).
+func listWatch(client kubernetes.Interface, fieldSelector string,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.ListerWatcher {
+	// client tells the reflector whether watch-list streaming works (not
+	// with the fake clientset).
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return watchFn(ctx, o)
+		},
+	}, client)
+}
+
+// dropManagedFields is the informers' transform: managed fields are never
+// read and are a large part of every object. It is idempotent, as
+// informers require.
+func dropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil // e.g. cache.DeletedFinalStateUnknown
+}
+
+// enqueueNamespace reconciles the namespace an event is about on any
+// event: a namespace was created, relabelled or deleted, or someone
+// created, edited or deleted its ConfigMap (our own writes come back too,
+// and find nothing to do).
+func enqueueNamespace(q workqueue.TypedInterface[string]) cache.ResourceEventHandler {
+	add := func(obj any) {
+		if ns, ok := namespaceOf(obj); ok {
+			q.Add(ns)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    add,
+		UpdateFunc: func(_, obj any) { add(obj) },
+		DeleteFunc: add,
+	}
+}
+
+// namespaceOf returns a Namespace's own name, or a ConfigMap's namespace.
+// Deletions the informer missed arrive as DeletedFinalStateUnknown, whose
+// key has the same form, so they are handled alike.
+func namespaceOf(obj any) (string, bool) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		return "", false
+	}
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return "", false
+	}
+	if ns == "" {
+		return name, true // a Namespace: cluster-scoped, keyed by name
+	}
+	return ns, true
+}
+
+// run starts the informers, waits for their caches, then reconciles from
+// the queue until ctx ends.
+func (r *run) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer r.queue.ShutDown() // runs before wg.Wait: stops the worker
+	synced := make([]cache.InformerSynced, 0, len(r.informers))
+	for _, inf := range r.informers {
+		wg.Go(func() { inf.RunWithContext(ctx) })
+		synced = append(synced, inf.HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return
+	}
+	r.enqueueAll()
+	wg.Go(func() { r.resyncLoop(ctx) })
+	wg.Go(func() {
+		for r.processNext(ctx) {
+		}
+	})
+	<-ctx.Done()
+}
+
+// enqueueAll queues every namespace the cache knows; reconcile skips those
+// not selected.
+func (r *run) enqueueAll() {
+	for _, ns := range r.namespaces.ListKeys() {
+		r.queue.Add(ns)
+	}
+}
+
+func (r *run) resyncLoop(ctx context.Context) {
+	t := r.p.clock.NewTicker(r.p.resync)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+			r.enqueueAll()
+		}
+	}
+}
+
+// processNext reconciles one namespace; it returns false when the queue is
+// shut down.
+func (r *run) processNext(ctx context.Context) bool {
+	ns, quit := r.queue.Get()
+	if quit {
+		return false
+	}
+	defer r.queue.Done(ns)
+	result, err := r.reconcile(ctx, ns)
+	if ctx.Err() != nil {
+		return true // shutting down: neither a result nor a retry
+	}
+	r.p.obs.Published(result)
+	switch {
+	case errors.Is(err, errRequeue):
+		r.p.log.DebugContext(ctx, "ConfigMap changed while publishing, will retry",
+			"namespace", ns, "error", err)
+		r.queue.AddRateLimited(ns)
+	case err != nil:
+		r.p.log.ErrorContext(ctx, "publishing ConfigMap failed, will retry",
+			"namespace", ns, "retries", r.queue.NumRequeues(ns), "error", err)
+		r.queue.AddRateLimited(ns)
+	default:
+		r.queue.Forget(ns)
+	}
+	return true
+}
+
+// reconcile converges namespace ns: if it is selected and not being
+// deleted, its ConfigMapName holds the current roots under DataKey and
+// carries our labels.
+func (r *run) reconcile(ctx context.Context, ns string) (string, error) {
+	n, err := r.namespace(ns)
+	if err != nil {
+		return ResultError, err
+	}
+	if why := r.skipReason(n); why != "" {
+		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", why)
+		return ResultSkipped, nil
+	}
+	content, err := rootsPEM(r.p.roots())
+	if err != nil {
+		return ResultError, err
+	}
+	return r.ensure(ctx, ns, content)
+}
+
+// skipReason says why namespace n (nil: not in the cache) gets no
+// ConfigMap, or "".
+func (r *run) skipReason(n *corev1.Namespace) string {
+	switch {
+	case n == nil:
+		return "namespace not found"
+	case n.DeletionTimestamp != nil || n.Status.Phase == corev1.NamespaceTerminating:
+		return "namespace is being deleted"
+	case !r.p.selector.Matches(labels.Set(n.Labels)):
+		return "namespace not selected"
+	}
+	return ""
+}
+
+// ensure creates the ConfigMap in ns, or updates it if its roots or our
+// labels differ.
+func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
+	cur, err := r.cachedConfigMap(ns)
+	if err != nil {
+		return ResultError, err
+	}
+	if cur == nil {
+		var result string
+		if result, cur, err = r.createOrGet(ctx, ns, content); cur == nil {
+			return result, err
+		}
+	}
+	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) {
+		return ResultUnchanged, nil
+	}
+	return r.update(ctx, cur, content)
+}
+
+// createOrGet creates the ConfigMap in ns. If it exists already, the cache
+// lags behind a create (ours moments ago, or someone's): it returns the
+// live object to compare with instead.
+func (r *run) createOrGet(ctx context.Context, ns, content string) (string, *corev1.ConfigMap, error) {
+	err := r.create(ctx, ns, content)
+	switch {
+	case err == nil:
+		return ResultCreated, nil, nil
+	case namespaceGone(err):
+		// The cache has not yet seen the namespace's deletion; its event
+		// will come, and there is nothing to publish there.
+		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", "namespace is being deleted")
+		return ResultSkipped, nil, nil
+	case !apierrors.IsAlreadyExists(err):
+		return ResultError, nil, err
+	}
+	cur, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, ConfigMapName, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return ResultRequeued, nil, fmt.Errorf("%w: ConfigMap %s/%s deleted after create found it", errRequeue, ns, ConfigMapName)
+	}
+	if err != nil {
+		return ResultError, nil, fmt.Errorf("get ConfigMap %s/%s: %w", ns, ConfigMapName, err)
+	}
+	return "", cur, nil
+}
+
+// namespaceGone reports whether a create failed because its namespace no
+// longer exists or is being deleted (the apiserver's NamespaceLifecycle
+// admission refuses new objects there).
+func namespaceGone(err error) bool {
+	return apierrors.IsNotFound(err) ||
+		(apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause))
+}
+
+func (r *run) create(ctx context.Context, ns, content string) error {
+	cm := &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: maps.Clone(r.p.labels)},
+		Data:       map[string]string{DataKey: content},
+	}
+	if _, err := r.p.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ConfigMap %s/%s: %w", ns, ConfigMapName, err)
+	}
+	r.p.log.InfoContext(ctx, "created ConfigMap", "namespace", ns, "name", ConfigMapName)
+	return nil
+}
+
+// update writes content and our labels over cur, keeping other data keys
+// and labels. A ConfigMap someone else published (e.g. istiod) is adopted
+// this way.
+func (r *run) update(ctx context.Context, cur *corev1.ConfigMap, content string) (string, error) {
+	cm := cur.DeepCopy()
+	if cm.Data == nil {
+		cm.Data = make(map[string]string, 1)
+	}
+	cm.Data[DataKey] = content
+	// A key may not be in both data and binaryData.
+	delete(cm.BinaryData, DataKey)
+	if cm.Labels == nil {
+		cm.Labels = make(map[string]string, len(r.p.labels))
+	}
+	maps.Copy(cm.Labels, r.p.labels)
+	_, err := r.p.client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
+		// Deleted or edited since the cache saw it: its event re-queues
+		// the namespace too, but do not count on the cache being current.
+		return ResultRequeued, fmt.Errorf("%w: update ConfigMap %s/%s: %w", errRequeue, cm.Namespace, cm.Name, err)
+	case err != nil:
+		return ResultError, fmt.Errorf("update ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+	}
+	r.p.log.InfoContext(ctx, "updated ConfigMap", "namespace", cm.Namespace, "name", cm.Name,
+		"contentChanged", cur.Data[DataKey] != content,
+		"adopted", cur.Labels[LabelManagedBy] != ManagedBy)
+	return ResultUpdated, nil
+}
+
+// namespace returns namespace ns from the informer's cache, or nil.
+func (r *run) namespace(ns string) (*corev1.Namespace, error) {
+	obj, ok, err := r.namespaces.GetByKey(ns)
+	if err != nil || !ok {
+		return nil, err
+	}
+	n, ok := obj.(*corev1.Namespace)
+	if !ok {
+		return nil, fmt.Errorf("cache holds a %T for namespace %s", obj, ns)
+	}
+	return n, nil
+}
+
+// cachedConfigMap returns the ConfigMap in ns from the informer's cache,
+// or nil.
+func (r *run) cachedConfigMap(ns string) (*corev1.ConfigMap, error) {
+	obj, ok, err := r.configMaps.GetByKey(ns + "/" + ConfigMapName)
+	if err != nil || !ok {
+		return nil, err
+	}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, fmt.Errorf("cache holds a %T for ConfigMap %s/%s", obj, ns, ConfigMapName)
+	}
+	return cm, nil
+}

@@ -1,0 +1,127 @@
+package rootconfigmap
+
+import (
+	"context"
+	"crypto/x509"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+var testTD = spiffeid.RequireTrustDomainFromString("example.org")
+
+// rootSet is a concurrency-safe Config.Roots for tests.
+type rootSet struct {
+	mu    sync.Mutex
+	roots []*x509.Certificate
+}
+
+func (s *rootSet) get() []*x509.Certificate {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.roots
+}
+
+func (s *rootSet) set(roots ...*x509.Certificate) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.roots = roots
+}
+
+// newRoots returns n fresh root certificates.
+func newRoots(t testing.TB, n int) []*x509.Certificate {
+	t.Helper()
+	out := make([]*x509.Certificate, n)
+	for i := range out {
+		out[i] = testca.NewRoot(t, testca.P256).Cert
+	}
+	return out
+}
+
+// mustContent is rootsPEM for roots that must be valid.
+func mustContent(t testing.TB, roots ...*x509.Certificate) string {
+	t.Helper()
+	s, err := rootsPEM(roots)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// configMap builds our ConfigMap in ns with data and labels.
+func configMap(ns string, data, labels map[string]string) *corev1.ConfigMap {
+	return &corev1.ConfigMap{
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: labels},
+		Data:       data,
+	}
+}
+
+// namespace builds an active namespace with labels.
+func namespace(name string, labels map[string]string) *corev1.Namespace {
+	return &corev1.Namespace{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Status:     corev1.NamespaceStatus{Phase: corev1.NamespaceActive},
+	}
+}
+
+// recorder is an Observer that keeps every result.
+type recorder struct {
+	mu      sync.Mutex
+	results []string
+}
+
+func (r *recorder) Published(result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results = append(r.results, result)
+}
+
+func (r *recorder) count(result string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.results {
+		if s == result {
+			n++
+		}
+	}
+	return n
+}
+
+// eventually polls cond until it holds or 10s pass.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// startRun runs p in the background until stop is called or the test
+// ends; Run must then return nil.
+func startRun(t *testing.T, p *Publisher) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- p.Run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
+}

@@ -1,0 +1,148 @@
+package rootconfigmap
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/validation"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/clock"
+)
+
+// DefaultResyncPeriod is how often Run reconciles without a trigger.
+const DefaultResyncPeriod = 10 * time.Minute
+
+// Config configures a Publisher. Client, TrustDomain and Roots are
+// required; zero values of the other fields take the defaults.
+type Config struct {
+	Client kubernetes.Interface
+	// TrustDomain is the value of the LabelTrustDomain label.
+	TrustDomain spiffeid.TrustDomain
+	// Roots returns the current roots. It is called on every reconcile,
+	// must be safe for concurrent use, and must not block.
+	Roots func() []*x509.Certificate
+	// NamespaceSelector picks the namespaces that get the ConfigMap, by
+	// their labels. Nil selects every namespace.
+	NamespaceSelector labels.Selector
+	// Observer, if set, is told the outcome of every reconcile.
+	Observer Observer
+	Logger   *slog.Logger
+	// Clock drives the periodic resync and the workqueue's retry delays.
+	Clock clock.WithTicker
+	// ResyncPeriod is how often every namespace is reconciled without a
+	// trigger. Default DefaultResyncPeriod.
+	ResyncPeriod time.Duration
+}
+
+// Publisher keeps the CA's roots published as the ConfigMap ConfigMapName
+// in every selected namespace.
+type Publisher struct {
+	client   kubernetes.Interface
+	roots    func() []*x509.Certificate
+	selector labels.Selector
+	labels   map[string]string
+	obs      Observer
+	log      *slog.Logger
+	clock    clock.WithTicker
+	resync   time.Duration
+
+	running atomic.Bool
+	mu      sync.Mutex
+	active  *run // set while Run runs
+}
+
+// New checks cfg and returns a Publisher; Run starts it.
+func New(cfg Config) (*Publisher, error) {
+	if err := cfg.applyDefaults(); err != nil {
+		return nil, fmt.Errorf("rootconfigmap: %w", err)
+	}
+	return &Publisher{
+		client:   cfg.Client,
+		roots:    cfg.Roots,
+		selector: cfg.NamespaceSelector,
+		labels:   ownLabels(cfg.TrustDomain),
+		obs:      cfg.Observer,
+		log:      cfg.Logger,
+		clock:    cfg.Clock,
+		resync:   cfg.ResyncPeriod,
+	}, nil
+}
+
+func (c *Config) applyDefaults() error {
+	switch {
+	case c.Client == nil:
+		return errors.New("missing Client")
+	case c.Roots == nil:
+		return errors.New("missing Roots")
+	case c.TrustDomain.IsZero():
+		return errors.New("missing TrustDomain")
+	case c.ResyncPeriod < 0:
+		return fmt.Errorf("ResyncPeriod %v is negative", c.ResyncPeriod)
+	}
+	if errs := validation.IsValidLabelValue(c.TrustDomain.Name()); len(errs) > 0 {
+		return fmt.Errorf("trust domain %q cannot be a label value: %v", c.TrustDomain.Name(), errs)
+	}
+	if c.NamespaceSelector == nil {
+		c.NamespaceSelector = labels.Everything()
+	}
+	if c.Observer == nil {
+		c.Observer = nopObserver{}
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Clock == nil {
+		c.Clock = clock.RealClock{}
+	}
+	if c.ResyncPeriod == 0 {
+		c.ResyncPeriod = DefaultResyncPeriod
+	}
+	return nil
+}
+
+// Run publishes the roots until ctx ends, then returns nil. It first
+// checks permissions; it returns an error wrapping ErrPermissionDenied, or
+// a review error, without retrying. After that, failed reconciles are
+// logged, reported to the Observer and retried with backoff. Only the
+// leader should run it; Run may be called again after it returns.
+func (p *Publisher) Run(ctx context.Context) error {
+	if !p.running.CompareAndSwap(false, true) {
+		return errors.New("rootconfigmap: Run is already running")
+	}
+	defer p.running.Store(false)
+	if err := checkAccess(ctx, p.client); err != nil {
+		return err
+	}
+	r := newRun(p)
+	p.setActive(r)
+	defer p.setActive(nil)
+	p.log.InfoContext(ctx, "publishing roots as ConfigMaps",
+		"configMap", ConfigMapName, "namespaceSelector", p.selector.String())
+	r.run(ctx)
+	return nil
+}
+
+// Trigger asks for a reconcile of every namespace, e.g. after the roots
+// changed. It does not block, and does nothing unless Run is running (Run
+// reconciles everything when it starts).
+func (p *Publisher) Trigger() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.active != nil {
+		p.active.enqueueAll()
+	}
+}
+
+func (p *Publisher) setActive(r *run) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.active = r
+}

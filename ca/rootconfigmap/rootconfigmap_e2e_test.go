@@ -1,0 +1,203 @@
+package rootconfigmap
+
+import (
+	"crypto/x509"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/workload-ca/workload-ca/internal/testlog"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+)
+
+// e2eTimeout bounds every wait for the publisher to converge.
+const e2eTimeout = 10 * time.Second
+
+// TestE2E runs publishers against a real kube-apiserver, as service
+// accounts holding exactly the RBAC the package documents. The steps share
+// one control plane and run in order.
+func TestE2E(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := cp.Client()
+	for _, ns := range []string{publisherNamespace, "alpha", "beta"} {
+		if _, err := cp.CreateNamespace(t.Context(), ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	roots := newRoots(t, 3)
+	rs := &rootSet{}
+	rs.set(roots[0])
+	rec := &recorder{}
+	user := servicePublisher(t, cp, "rootconfigmap-publisher", documentedRules())
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Observer: rec, Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startRun(t, p)
+
+	steps := []struct {
+		name string
+		run  func(t *testing.T)
+	}{
+		{"every existing namespace gets the roots", func(t *testing.T) {
+			for _, ns := range namespaceNames(t, admin) {
+				waitRoots(t, admin, ns, roots[0])
+			}
+		}},
+		{"a namespace created later gets the roots", func(t *testing.T) {
+			if _, err := cp.CreateNamespace(t.Context(), "gamma"); err != nil {
+				t.Fatal(err)
+			}
+			waitRoots(t, admin, "gamma", roots[0])
+		}},
+		{"a deleted ConfigMap comes back", func(t *testing.T) {
+			if err := admin.CoreV1().ConfigMaps("alpha").Delete(t.Context(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			waitRoots(t, admin, "alpha", roots[0])
+		}},
+		{"an edited root-cert.pem is restored, other keys kept", func(t *testing.T) {
+			testRepairEdit(t, admin, roots)
+		}},
+		{"new roots after Trigger", func(t *testing.T) {
+			rs.set(roots[1], roots[0])
+			p.Trigger()
+			for _, ns := range namespaceNames(t, admin) {
+				waitRoots(t, admin, ns, roots[0], roots[1])
+			}
+		}},
+		{"a namespace being deleted is left alone", func(t *testing.T) {
+			testTerminating(t, admin, rec)
+		}},
+		{"no failed reconciles", func(t *testing.T) {
+			if n := rec.count(ResultError); n != 0 {
+				t.Errorf("%d reconciles failed", n)
+			}
+			stop()
+		}},
+		{"a namespace not selected gets none", func(t *testing.T) {
+			testSelector(t, cp, user, roots[2])
+		}},
+		{"without the RBAC rules Run fails", func(t *testing.T) { testNoRBAC(t, cp) }},
+	}
+	for _, s := range steps {
+		if !t.Run(s.name, s.run) {
+			t.FailNow() // later steps build on earlier ones
+		}
+	}
+}
+
+// namespaceNames lists every namespace that is not being deleted.
+func namespaceNames(t *testing.T, c kubernetes.Interface) []string {
+	t.Helper()
+	list, err := c.CoreV1().Namespaces().List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, ns := range list.Items {
+		if ns.DeletionTimestamp == nil {
+			out = append(out, ns.Name)
+		}
+	}
+	if len(out) < 4 {
+		t.Fatalf("namespaces %v: want at least the system ones and ours", out)
+	}
+	return out
+}
+
+// testRepairEdit replaces beta's roots, drops a label and adds a key: the
+// roots and label come back, the key stays.
+func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate) {
+	cms := admin.CoreV1().ConfigMaps("beta")
+	cm, err := cms.Get(t.Context(), ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[DataKey] = mustContent(t, roots[2])
+	cm.Data["extra"] = "kept"
+	delete(cm.Labels, LabelManagedBy)
+	if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := waitRoots(t, admin, "beta", roots[0]); got.Data["extra"] != "kept" {
+		t.Errorf("data %v: key extra lost", got.Data)
+	}
+}
+
+// testTerminating deletes namespace gamma, which stays Terminating (no
+// namespace controller runs here), then its ConfigMap: the publisher sees
+// the event, skips the namespace, and does not re-create it.
+func testTerminating(t *testing.T, admin kubernetes.Interface, rec *recorder) {
+	if err := admin.CoreV1().Namespaces().Delete(t.Context(), "gamma", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	ns, err := admin.CoreV1().Namespaces().Get(t.Context(), "gamma", metav1.GetOptions{})
+	if err != nil || ns.Status.Phase != corev1.NamespaceTerminating {
+		t.Fatalf("namespace gamma = %v, %v; want it Terminating", ns, err)
+	}
+	skipped := rec.count(ResultSkipped)
+	if err := admin.CoreV1().ConfigMaps("gamma").Delete(t.Context(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, "gamma skipped", func() bool { return rec.count(ResultSkipped) > skipped })
+	_, err = admin.CoreV1().ConfigMaps("gamma").Get(t.Context(), ConfigMapName, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("ConfigMap in terminating namespace: %v; want NotFound", err)
+	}
+}
+
+// testSelector runs a publisher for namespaces labelled mesh=on. A
+// namespace without the label is created first: the worker handles
+// namespaces in event order, so once the later, labelled one has its
+// ConfigMap the first has been reconciled too.
+func testSelector(t *testing.T, cp *controlplane.ControlPlane, user kubernetes.Interface, root *x509.Certificate) {
+	admin := cp.Client()
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: func() []*x509.Certificate { return []*x509.Certificate{root} },
+		NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	startRun(t, p)
+	if _, err := cp.CreateNamespace(t.Context(), "plain"); err != nil {
+		t.Fatal(err)
+	}
+	meshed := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "meshed", Labels: map[string]string{"mesh": "on"}}}
+	if _, err := admin.CoreV1().Namespaces().Create(t.Context(), meshed, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRoots(t, admin, "meshed", root)
+	_, err = admin.CoreV1().ConfigMaps("plain").Get(t.Context(), ConfigMapName, metav1.GetOptions{})
+	if !apierrors.IsNotFound(err) {
+		t.Fatalf("ConfigMap in namespace plain: %v; want NotFound", err)
+	}
+}
+
+// testNoRBAC runs as a service account without any binding: Run refuses at
+// start, naming every permission.
+func testNoRBAC(t *testing.T, cp *controlplane.ControlPlane) {
+	user := servicePublisher(t, cp, "rootconfigmap-unbound", nil)
+	p, err := New(Config{Client: user, TrustDomain: testTD,
+		Roots: func() []*x509.Certificate { return nil }, Logger: testlog.New(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = p.Run(t.Context())
+	if !errors.Is(err, ErrPermissionDenied) {
+		t.Fatalf("Run = %v; want ErrPermissionDenied", err)
+	}
+	for _, perm := range requiredPermissions() {
+		if !strings.Contains(err.Error(), perm.String()) {
+			t.Errorf("error %q does not name %s", err, perm)
+		}
+	}
+	t.Logf("Run: %v", err)
+}
