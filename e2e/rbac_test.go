@@ -34,6 +34,8 @@ import (
 const (
 	rbacNS     = "wca-rbac"
 	rbacValues = "ci/full-values.yaml"
+	// rootConfigMap is Istio's root ConfigMap, as the chart's RBAC names it.
+	rootConfigMap = "istio-ca-root-cert"
 )
 
 // chartRelease is what the rendered Deployment says the CA will use: the
@@ -42,6 +44,7 @@ type chartRelease struct {
 	ns, serviceAccount     string
 	trustDomain, signer    string
 	istioCompatible        bool
+	rootConfigMapSelector  string // --istio-root-configmap-namespaces
 	caSecretNS, caSecret   string
 	leaseNS, lease         string
 	args                   []string
@@ -103,6 +106,10 @@ func releaseOf(t *testing.T, objs []*unstructured.Unstructured) chartRelease {
 	}
 	rel.trustDomain, rel.signer = flag("trust-domain"), flag("signer-name")
 	rel.istioCompatible = flag("istio-compatible") == "true"
+	if flag("istio-root-configmap") != "true" {
+		t.Fatalf("%s should set istioRootConfigMap.enabled, so that its rules are tested", rbacValues)
+	}
+	rel.rootConfigMapSelector = flag("istio-root-configmap-namespaces")
 	var ok bool
 	if rel.caSecretNS, rel.caSecret, ok = strings.Cut(flag("ca-secret"), "/"); !ok {
 		t.Fatalf("--ca-secret %q is not namespace/name", flag("ca-secret"))
@@ -138,6 +145,9 @@ func checkRules(t *testing.T, rel chartRelease) {
 		{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"clustertrustbundles"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"attest"}, ResourceNames: signers},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"get", "list", "watch", "update"}, ResourceNames: []string{rootConfigMap}},
+		{APIGroups: []string{""}, Resources: []string{"configmaps"}, Verbs: []string{"create"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces"}, Verbs: []string{"list", "watch"}},
 	}
 	wantNS := []rbacv1.PolicyRule{
 		{APIGroups: []string{"coordination.k8s.io"}, Resources: []string{"leases"}, Verbs: []string{"get", "update"}, ResourceNames: []string{rel.lease}},
@@ -210,6 +220,15 @@ func checkAccessReviews(t *testing.T, s *suite, rel chartRelease) {
 		{verb: "list", resource: "secrets", ns: ns, name: secret},
 		{verb: "watch", resource: "secrets", ns: ns, name: secret},
 		{verb: "create", resource: "secrets", ns: ns},
+		// Istio's root ConfigMap in any namespace, by name (list and watch
+		// with the field selector metadata.name=istio-ca-root-cert).
+		{verb: "get", resource: "configmaps", ns: "demo", name: rootConfigMap},
+		{verb: "update", resource: "configmaps", ns: "demo", name: rootConfigMap},
+		{verb: "list", resource: "configmaps", name: rootConfigMap},
+		{verb: "watch", resource: "configmaps", name: rootConfigMap},
+		{verb: "create", resource: "configmaps", ns: "demo"},
+		{verb: "list", resource: "namespaces"},
+		{verb: "watch", resource: "namespaces"},
 	}
 	denied := []access{
 		{verb: "get", resource: "secrets", ns: "demo", name: secret},
@@ -239,6 +258,12 @@ func checkAccessReviews(t *testing.T, s *suite, rel chartRelease) {
 		{verb: "get", group: coord, resource: "leases", ns: "kube-system", name: lease},
 		{verb: "get", resource: "nodes", name: "node-a"},
 		{verb: "list", resource: "configmaps", ns: ns},
+		{verb: "list", resource: "configmaps"}, // every ConfigMap
+		{verb: "get", resource: "configmaps", ns: "kube-system", name: "someone-elses"},
+		{verb: "update", resource: "configmaps", ns: "demo", name: "someone-elses"},
+		{verb: "delete", resource: "configmaps", ns: "demo", name: rootConfigMap},
+		{verb: "get", resource: "namespaces", name: "demo"},
+		{verb: "create", resource: "namespaces"},
 		{verb: "create", group: "certificates.k8s.io", resource: "certificatesigningrequests"},
 		{verb: "create", group: "authorization.k8s.io", resource: "subjectaccessreviews"},
 		{verb: "impersonate", resource: "serviceaccounts", ns: "istio-system", name: "ztunnel"},
@@ -385,6 +410,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	}
 	secretMode := caSecret != ""
 	checkPublished(t, s, rel, ca, secretMode)
+	checkRootConfigMaps(t, s, rel)
 	if secretMode {
 		if _, err := client.CoreV1().Secrets(rel.ns).Get(t.Context(), rel.caSecret, metav1.GetOptions{}); err != nil {
 			t.Errorf("CA Secret %s/%s: %v", rel.ns, rel.caSecret, err)
@@ -454,6 +480,45 @@ func checkPublished(t *testing.T, s *suite, rel chartRelease, ca *cahost.CA, sec
 	})
 	if err != nil {
 		t.Errorf("trust bundles not published as expected: %v (last: %s)", err, last)
+	}
+}
+
+// checkRootConfigMaps checks that a namespace the chart's selector matches
+// gets Istio's root ConfigMap, holding the roots of the published bundle,
+// and that one it does not match gets none.
+func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
+	t.Helper()
+	key, value, ok := strings.Cut(rel.rootConfigMapSelector, "=")
+	if !ok {
+		t.Fatalf("--istio-root-configmap-namespaces %q: want key=value", rel.rootConfigMapSelector)
+	}
+	createNamespace(t, s, "wca-rbac-mesh", map[string]string{key: value})
+	createNamespace(t, s, "wca-rbac-outside", nil)
+	client := s.cp.Client()
+	istio, err := client.CertificatesV1().ClusterTrustBundles().Get(t.Context(), "istio.io:istiod-ca:root-cert", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	roots := parsePEMCerts(t, istio.Spec.TrustBundle)
+	var last string
+	err = pollUntil(t, 30*time.Second, func() (bool, error) {
+		cm, err := client.CoreV1().ConfigMaps("wca-rbac-mesh").Get(t.Context(), rootConfigMap, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			last = "no ConfigMap"
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		got := parsePEMCerts(t, cm.Data["root-cert.pem"])
+		last = fmt.Sprintf("%d root(s), labels %v", len(got), cm.Labels)
+		return slices.EqualFunc(got, roots, (*x509.Certificate).Equal) && cm.Labels["app.kubernetes.io/managed-by"] == "workload-ca", nil
+	})
+	if err != nil {
+		t.Errorf("%s in wca-rbac-mesh: %v (last: %s)", rootConfigMap, err, last)
+	}
+	if _, err := client.CoreV1().ConfigMaps("wca-rbac-outside").Get(t.Context(), rootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("%s in a namespace the selector does not match: %v, want NotFound", rootConfigMap, err)
 	}
 }
 

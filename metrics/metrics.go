@@ -20,6 +20,7 @@ type Metrics struct {
 	reviewTime   prometheus.Histogram
 	cacheLookups *prometheus.CounterVec
 	published    *prometheus.CounterVec
+	rootCMs      *prometheus.CounterVec
 	rotations    *prometheus.CounterVec
 	leader       prometheus.Gauge
 	istio        *istioCompat
@@ -48,6 +49,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"Token review cache lookups by result (hit, miss).", "result"),
 		published: f.counterVec("trustbundle_publish_total",
 			"ClusterTrustBundle reconciliations by result (created, updated, unchanged, error).", "result"),
+		rootCMs: f.counterVec("root_configmap_publish_total",
+			"Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, unchanged, skipped, requeued, error).", "result"),
 		rotations: f.counterVec("rotation_steps_total",
 			"CA rotation steps taken by this replica as leader (prepare, activate, retire, remove).", "step"),
 		leader: f.gauge("leader", "1 while this replica holds the leader lease."),
@@ -83,6 +86,15 @@ func (m *Metrics) CacheLookup(hit bool) {
 
 // Published records a trust bundle reconciliation (trustbundle.Observer).
 func (m *Metrics) Published(result string) { m.published.WithLabelValues(result).Inc() }
+
+// PublishCounter counts reconciliations by result (rootconfigmap.Observer).
+type PublishCounter struct{ c *prometheus.CounterVec }
+
+// Published records one reconciliation.
+func (p PublishCounter) Published(result string) { p.c.WithLabelValues(result).Inc() }
+
+// RootConfigMaps counts the reconciliations of Istio's root ConfigMap.
+func (m *Metrics) RootConfigMaps() PublishCounter { return PublishCounter{m.rootCMs} }
 
 // Rotated records a rotation step (rotation.Observer).
 func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }

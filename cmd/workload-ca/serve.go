@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -55,9 +56,13 @@ type serveConfig struct {
 	PublishTrustBundle bool
 	SignerName         string
 	IstioCompatible    bool
-	LeaderElectionNS   string
-	LeaderElectionID   string
-	Lease              leaseDurations
+	// IstioRootConfigMap publishes Istio's istio-ca-root-cert ConfigMap
+	// in the namespaces IstioRootNamespaces selects.
+	IstioRootConfigMap  bool
+	IstioRootNamespaces labels.Selector
+	LeaderElectionNS    string
+	LeaderElectionID    string
+	Lease               leaseDurations
 }
 
 // parseServeFlags builds the configuration from flags (environment
@@ -66,7 +71,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c serveConfig
-	var td, tlsMin, logLevel, caSecret string
+	var td, tlsMin, logLevel, caSecret, rootNamespaces string
 	dnsNames := listFlag{"localhost"}
 	audiences := listFlag{tokenreview.DefaultAudience}
 	agents := listFlag{"istio-system/ztunnel"}
@@ -103,6 +108,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
 	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
+	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
+	fs.StringVar(&rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
 	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
@@ -115,7 +122,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, err
 	}
 	c.ServingDNSNames, c.TokenAudiences = dnsNames, audiences
-	return c, c.finish(td, tlsMin, logLevel, caSecret, agents)
+	return c, c.finish(td, tlsMin, logLevel, caSecret, rootNamespaces, agents)
 }
 
 // finishCA checks the CA source: exactly one of --ca-dir and --ca-secret,
@@ -153,9 +160,12 @@ func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
 }
 
 // finish parses the remaining string flags and validates the whole.
-func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret string, agents []string) error {
+func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces string, agents []string) error {
 	var errs []error
 	var err error
+	if c.IstioRootNamespaces, err = labels.Parse(rootNamespaces); err != nil {
+		errs = append(errs, fmt.Errorf("--istio-root-configmap-namespaces: %w", err))
+	}
 	if c.TrustDomain, err = spiffeid.TrustDomainFromString(td); err != nil {
 		errs = append(errs, fmt.Errorf("--trust-domain: %w", err))
 	}

@@ -27,6 +27,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/rootconfigmap"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/metrics"
@@ -106,7 +107,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.buildServer, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.buildServer, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -256,6 +257,23 @@ func (a *app) publishBundles(context.Context) error {
 	}
 	a.onMaterial = append(a.onMaterial, p.Trigger)
 	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "trustbundle", run: p.Run})
+	return nil
+}
+
+// publishRootConfigMaps makes the leader publish the roots as Istio's
+// istio-ca-root-cert ConfigMap.
+func (a *app) publishRootConfigMaps(context.Context) error {
+	if !a.cfg.IstioRootConfigMap {
+		return nil
+	}
+	p, err := rootconfigmap.New(rootconfigmap.Config{Client: a.kube, TrustDomain: a.cfg.TrustDomain,
+		Roots: a.authority.Roots, NamespaceSelector: a.cfg.IstioRootNamespaces,
+		Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")})
+	if err != nil {
+		return err
+	}
+	a.onMaterial = append(a.onMaterial, p.Trigger)
+	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "rootconfigmap", run: p.Run})
 	return nil
 }
 
