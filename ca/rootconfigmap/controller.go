@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/workload-ca/workload-ca/ca/rootset"
 )
 
 // errRequeue marks a reconcile that lost a race with another writer: the
@@ -224,7 +226,7 @@ func (r *run) reconcile(ctx context.Context, ns string) (string, error) {
 		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", why)
 		return ResultSkipped, nil
 	}
-	content, err := rootsPEM(r.p.roots())
+	content, err := rootset.PEM(r.p.roots())
 	if err != nil {
 		return ResultError, err
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
 )
 
@@ -54,7 +55,7 @@ func rootsMismatch(cm *corev1.ConfigMap, err error, roots []*x509.Certificate) s
 	if !hasLabels(cm.Labels, ownLabels(testTD)) {
 		return fmt.Sprintf("labels %v", cm.Labels)
 	}
-	got, err := rootsPEM(roots)
+	got, err := rootset.PEM(roots)
 	if err != nil {
 		return err.Error()
 	}

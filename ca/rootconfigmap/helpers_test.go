@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
@@ -47,7 +48,7 @@ func newRoots(t testing.TB, n int) []*x509.Certificate {
 // mustContent is rootsPEM for roots that must be valid.
 func mustContent(t testing.TB, roots ...*x509.Certificate) string {
 	t.Helper()
-	s, err := rootsPEM(roots)
+	s, err := rootset.PEM(roots)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,18 +1,16 @@
 package trustbundle
 
 import (
-	"bytes"
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
-	"errors"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/util/validation"
+
+	"github.com/workload-ca/workload-ca/ca/rootset"
 )
 
 // Signer and bundle names.
@@ -40,34 +38,20 @@ const hashBytes = 8
 // ErrInvalidRoots is wrapped when the roots cannot be published: none, one
 // that is not a CA certificate, or too many for one bundle. Nothing is
 // changed in the cluster then; existing bundles stay.
-var ErrInvalidRoots = errors.New("roots cannot be published")
+var ErrInvalidRoots = rootset.ErrInvalid
 
-// bundleContent returns roots as ClusterTrustBundle content: PEM blocks
-// without headers, duplicates removed, ordered by NotBefore then DER so
-// that the same set of roots always yields the same string (and name).
+// bundleContent returns roots as ClusterTrustBundle content: their
+// canonical PEM (rootset.PEM), so that the same set of roots always yields
+// the same string (and name), within the API's size limit.
 func bundleContent(roots []*x509.Certificate) (string, error) {
-	certs := slices.DeleteFunc(slices.Clone(roots), func(c *x509.Certificate) bool { return c == nil })
-	slices.SortFunc(certs, func(a, b *x509.Certificate) int {
-		if c := a.NotBefore.Compare(b.NotBefore); c != 0 {
-			return c
-		}
-		return bytes.Compare(a.Raw, b.Raw)
-	})
-	certs = slices.CompactFunc(certs, func(a, b *x509.Certificate) bool { return bytes.Equal(a.Raw, b.Raw) })
-	if len(certs) == 0 {
-		return "", fmt.Errorf("%w: no roots", ErrInvalidRoots)
+	content, err := rootset.PEM(roots)
+	if err != nil {
+		return "", err
 	}
-	var b strings.Builder
-	for _, c := range certs {
-		if !c.IsCA || !c.BasicConstraintsValid {
-			return "", fmt.Errorf("%w: root %q is not a CA certificate", ErrInvalidRoots, c.Subject)
-		}
-		_ = pem.Encode(&b, &pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}) // a Builder never fails
+	if len(content) > maxBundleSize {
+		return "", fmt.Errorf("%w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, len(content), maxBundleSize)
 	}
-	if b.Len() > maxBundleSize {
-		return "", fmt.Errorf("%w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, b.Len(), maxBundleSize)
-	}
-	return b.String(), nil
+	return content, nil
 }
 
 // target is one signer we publish for, and how its bundle is named.

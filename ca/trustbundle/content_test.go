@@ -2,10 +2,7 @@ package trustbundle
 
 import (
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
-	"math/big"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,62 +11,25 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
+// Bundle content is the roots' canonical PEM (see package rootset), and
+// roots that cannot be published wrap ErrInvalidRoots.
 func TestBundleContent(t *testing.T) {
-	now := time.Now()
-	older := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-48*time.Hour), now.Add(time.Hour))).Cert
+	older := testca.NewRoot(t, testca.P256, testca.Validity(time.Now().Add(-48*time.Hour), time.Now().Add(time.Hour))).Cert
 	newer := testca.NewRoot(t, testca.P256).Cert
-	issuer := testca.NewRoot(t, testca.P256)
-	leafTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "leaf"},
-		NotBefore: now, NotAfter: now.Add(time.Hour), BasicConstraintsValid: true}
-	leaf := testca.Sign(t, leafTmpl, issuer.Cert, testca.NewKey(t, testca.P256).Public(), issuer.Key)
-
-	tests := []struct {
-		name    string
-		roots   []*x509.Certificate
-		want    []*x509.Certificate
-		wantErr string
-	}{
-		{name: "one root", roots: []*x509.Certificate{newer}, want: []*x509.Certificate{newer}},
-		{name: "ordered by NotBefore", roots: []*x509.Certificate{newer, older}, want: []*x509.Certificate{older, newer}},
-		{name: "duplicates and nils dropped", roots: []*x509.Certificate{newer, nil, older, newer, older},
-			want: []*x509.Certificate{older, newer}},
-		{name: "empty", roots: nil, wantErr: "no roots"},
-		{name: "only nil", roots: []*x509.Certificate{nil}, wantErr: "no roots"},
-		{name: "not a CA", roots: []*x509.Certificate{newer, leaf}, wantErr: `root "CN=leaf" is not a CA certificate`},
+	got, err := bundleContent([]*x509.Certificate{newer, older, newer})
+	if err != nil {
+		t.Fatal(err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := bundleContent(tc.roots)
-			if tc.wantErr != "" {
-				if !errors.Is(err, ErrInvalidRoots) || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("error = %v, want ErrInvalidRoots containing %q", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			checkPEM(t, got, tc.want)
-		})
+	want, err := rootset.PEM([]*x509.Certificate{older, newer})
+	if err != nil || got != want {
+		t.Errorf("content is not the canonical PEM of the roots (%v)", err)
 	}
-}
-
-// checkPEM checks that content is exactly want, PEM-encoded without headers.
-func checkPEM(t testing.TB, content string, want []*x509.Certificate) {
-	t.Helper()
-	rest := []byte(content)
-	for i, w := range want {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil || b.Type != "CERTIFICATE" || len(b.Headers) != 0 || string(b.Bytes) != string(w.Raw) {
-			t.Fatalf("block %d is not certificate %q without headers", i, w.Subject)
-		}
-	}
-	if len(rest) != 0 {
-		t.Fatalf("%d bytes after the last expected certificate", len(rest))
+	if _, err := bundleContent(nil); !errors.Is(err, ErrInvalidRoots) {
+		t.Errorf("no roots: error = %v, want ErrInvalidRoots", err)
 	}
 }
 
