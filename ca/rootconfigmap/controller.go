@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -20,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
 // errRequeue marks a reconcile that lost a race with another writer: the
@@ -142,27 +142,11 @@ func namespaceOf(obj any) (string, bool) {
 	return ns, true
 }
 
-// run starts the informers, waits for their caches, then reconciles from
-// the queue until ctx ends.
+// run runs the informers and reconciles until ctx ends.
 func (r *run) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer r.queue.ShutDown() // runs before wg.Wait: stops the worker
-	synced := make([]cache.InformerSynced, 0, len(r.informers))
-	for _, inf := range r.informers {
-		wg.Go(func() { inf.RunWithContext(ctx) })
-		synced = append(synced, inf.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return
-	}
-	r.enqueueAll()
-	wg.Go(func() { r.resyncLoop(ctx) })
-	wg.Go(func() {
-		for r.processNext(ctx) {
-		}
-	})
-	<-ctx.Done()
+	loop := keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.namespaces.ListKeys,
+		Reconcile: r.sync, Clock: r.p.clock, Resync: r.p.resync}
+	loop.Run(ctx)
 }
 
 // enqueueAll queues every namespace the cache knows; reconcile skips those
@@ -173,45 +157,23 @@ func (r *run) enqueueAll() {
 	}
 }
 
-func (r *run) resyncLoop(ctx context.Context) {
-	t := r.p.clock.NewTicker(r.p.resync)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			r.enqueueAll()
-		}
-	}
-}
-
-// processNext reconciles one namespace; it returns false when the queue is
-// shut down.
-func (r *run) processNext(ctx context.Context) bool {
-	ns, quit := r.queue.Get()
-	if quit {
-		return false
-	}
-	defer r.queue.Done(ns)
+// sync reconciles one namespace, reports the result, and logs a failure
+// (which the loop retries with backoff).
+func (r *run) sync(ctx context.Context, ns string) error {
 	result, err := r.reconcile(ctx, ns)
 	if ctx.Err() != nil {
-		return true // shutting down: neither a result nor a retry
+		return nil // shutting down: neither a result nor a retry
 	}
 	r.p.obs.Published(result)
 	switch {
 	case errors.Is(err, errRequeue):
 		r.p.log.DebugContext(ctx, "ConfigMap changed while publishing, will retry",
 			"namespace", ns, "error", err)
-		r.queue.AddRateLimited(ns)
 	case err != nil:
 		r.p.log.ErrorContext(ctx, "publishing ConfigMap failed, will retry",
 			"namespace", ns, "retries", r.queue.NumRequeues(ns), "error", err)
-		r.queue.AddRateLimited(ns)
-	default:
-		r.queue.Forget(ns)
 	}
-	return true
+	return err
 }
 
 // reconcile converges namespace ns: if it is selected and not being

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"sync"
 
 	"github.com/go-logr/logr"
 	certv1 "k8s.io/api/certificates/v1"
@@ -14,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
 // run is the state of one Run: an informer and store per signer, and the
@@ -65,63 +66,26 @@ func enqueueOn(q workqueue.TypedInterface[string], signer string) cache.Resource
 	}
 }
 
-// run starts the informers, waits for their caches, then reconciles from
-// the queue until ctx ends.
+// run runs the informers and reconciles until ctx ends.
 func (r *run) run(ctx context.Context) {
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	defer r.queue.ShutDown() // runs before wg.Wait: stops the worker
-	synced := make([]cache.InformerSynced, 0, len(r.informers))
-	for _, inf := range r.informers {
-		wg.Go(func() { inf.RunWithContext(ctx) })
-		synced = append(synced, inf.HasSynced)
-	}
-	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
-		return
-	}
-	r.p.enqueueAll(r.queue)
-	wg.Go(func() { r.resyncLoop(ctx) })
-	wg.Go(func() {
-		for r.processNext(ctx) {
-		}
-	})
-	<-ctx.Done()
+	loop := keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.p.signers,
+		Reconcile: r.sync, Clock: r.p.clock, Resync: r.p.resync}
+	loop.Run(ctx)
 }
 
-func (r *run) resyncLoop(ctx context.Context) {
-	t := r.p.clock.NewTicker(r.p.resync)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
-			r.p.enqueueAll(r.queue)
-		}
-	}
-}
-
-// processNext reconciles one signer; it returns false when the queue is
-// shut down.
-func (r *run) processNext(ctx context.Context) bool {
-	signer, quit := r.queue.Get()
-	if quit {
-		return false
-	}
-	defer r.queue.Done(signer)
+// sync reconciles one signer, reports the result, and logs a failure
+// (which the loop retries with backoff).
+func (r *run) sync(ctx context.Context, signer string) error {
 	result, err := r.reconcile(ctx, signer)
 	if ctx.Err() != nil {
-		return true // shutting down: neither a result nor a retry
+		return nil // shutting down: neither a result nor a retry
 	}
 	r.p.obs.Published(result)
 	if err != nil {
 		r.p.log.ErrorContext(ctx, "publishing ClusterTrustBundle failed, will retry",
 			"signer", signer, "retries", r.queue.NumRequeues(signer), "error", err)
-		r.queue.AddRateLimited(signer)
-		return true
 	}
-	r.queue.Forget(signer)
-	return true
+	return err
 }
 
 // reconcile converges signer's bundles: the desired bundle exists with the

@@ -1,0 +1,88 @@
+package keyloop
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/util/workqueue"
+	clocktesting "k8s.io/utils/clock/testing"
+)
+
+// recorder counts reconciles per key and fails a key a set number of
+// times first.
+type recorder struct {
+	mu    sync.Mutex
+	calls map[string]int
+	fail  map[string]int
+}
+
+func (r *recorder) reconcile(_ context.Context, key string) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[key]++
+	if r.fail[key] > 0 {
+		r.fail[key]--
+		return errors.New("not yet")
+	}
+	return nil
+}
+
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.calls[key]
+}
+
+func newLoop(rec *recorder, clk *clocktesting.FakeClock) *Loop {
+	// Retries on the real clock, a millisecond apart; resyncs on clk.
+	q := workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[string](time.Millisecond, time.Millisecond))
+	return &Loop{Queue: q, Keys: func() []string { return []string{"a", "b"} },
+		Reconcile: rec.reconcile, Clock: clk, Resync: time.Minute}
+}
+
+func TestRun(t *testing.T) {
+	rec := &recorder{calls: map[string]int{}, fail: map[string]int{"b": 2}}
+	clk := clocktesting.NewFakeClock(time.Now())
+	l := newLoop(rec, clk)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { l.Run(ctx); close(done) }()
+
+	t.Run("every key at start, failures retried until they succeed", func(t *testing.T) {
+		waitFor(t, func() bool { return rec.count("a") == 1 && rec.count("b") == 3 })
+	})
+	t.Run("every key again on resync", func(t *testing.T) {
+		waitFor(t, clk.HasWaiters)
+		clk.Step(time.Minute)
+		waitFor(t, func() bool { return rec.count("a") == 2 && rec.count("b") == 4 })
+	})
+	t.Run("keys added to the queue", func(t *testing.T) {
+		l.Queue.Add("c")
+		waitFor(t, func() bool { return rec.count("c") == 1 })
+	})
+	t.Run("returns when ctx ends, queue shut down", func(t *testing.T) {
+		cancel()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+		if !l.Queue.ShuttingDown() {
+			t.Error("queue not shut down")
+		}
+	})
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not reached in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
