@@ -12,40 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/workload-ca/workload-ca/ca/rootset"
-	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")
 
-// rootSet is a concurrency-safe Config.Roots for tests.
-type rootSet struct {
-	mu    sync.Mutex
-	roots []*x509.Certificate
-}
-
-func (s *rootSet) get() []*x509.Certificate {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.roots
-}
-
-func (s *rootSet) set(roots ...*x509.Certificate) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.roots = roots
-}
-
-// newRoots returns n fresh root certificates.
-func newRoots(t testing.TB, n int) []*x509.Certificate {
-	t.Helper()
-	out := make([]*x509.Certificate, n)
-	for i := range out {
-		out[i] = testca.NewRoot(t, testca.P256).Cert
-	}
-	return out
-}
-
-// mustContent is rootsPEM for roots that must be valid.
+// mustContent is rootset.PEM for roots that must be valid.
 func mustContent(t testing.TB, roots ...*x509.Certificate) string {
 	t.Helper()
 	s, err := rootset.PEM(roots)

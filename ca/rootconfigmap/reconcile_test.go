@@ -17,6 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
 // state is what the tests compare of a ConfigMap.
@@ -47,7 +49,7 @@ func with(m map[string]string, kv ...string) map[string]string {
 // informer stores filled by hand, and compares the ConfigMaps left behind
 // and the writes made, in order.
 func TestReconcile(t *testing.T) {
-	roots := newRoots(t, 3)
+	roots := testca.RootCerts(t, 3)
 	cur := mustContent(t, roots[0], roots[1])
 	other := mustContent(t, roots[2])
 	ours := ownLabels(testTD)
@@ -139,11 +141,11 @@ func TestReconcile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := &rootSet{}
+			rs := &testca.Roots{}
 			if !tc.noRoots {
-				rs.set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
+				rs.Set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
 			}
-			client, r := newTestRun(t, Config{Roots: rs.get, NamespaceSelector: tc.selector},
+			client, r := newTestRun(t, Config{Roots: rs.Get, NamespaceSelector: tc.selector},
 				tc.ns, tc.cached, tc.stale, tc.live)
 			if tc.reactor != nil {
 				client.PrependReactor("*", "configmaps", tc.reactor)
@@ -256,11 +258,11 @@ func writeVerbs(client *fake.Clientset) []string {
 // TestReconcileRootsReordered checks that the same roots in another order
 // (or with duplicates) write nothing.
 func TestReconcileRootsReordered(t *testing.T) {
-	roots := newRoots(t, 2)
-	rs := &rootSet{}
-	rs.set(roots[1], roots[0], roots[0])
+	roots := testca.RootCerts(t, 2)
+	rs := &testca.Roots{}
+	rs.Set(roots[1], roots[0], roots[0])
 	cm := configMap("app", map[string]string{DataKey: mustContent(t, roots...)}, ownLabels(testTD))
-	client, r := newTestRun(t, Config{Roots: rs.get}, namespace("app", nil), []*corev1.ConfigMap{cm}, nil, nil)
+	client, r := newTestRun(t, Config{Roots: rs.Get}, namespace("app", nil), []*corev1.ConfigMap{cm}, nil, nil)
 	result, err := r.reconcile(context.Background(), "app")
 	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
 		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
@@ -272,11 +274,11 @@ func TestReconcileRootsReordered(t *testing.T) {
 // the live object is read someone has deleted it: the namespace is
 // re-queued rather than failed.
 func TestReconcileCacheLagThenDeleted(t *testing.T) {
-	roots := newRoots(t, 1)
-	rs := &rootSet{}
-	rs.set(roots[0])
+	roots := testca.RootCerts(t, 1)
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
 	live := configMap("app", map[string]string{DataKey: mustContent(t, roots[0])}, ownLabels(testTD))
-	client, r := newTestRun(t, Config{Roots: rs.get}, namespace("app", nil), nil, nil, []*corev1.ConfigMap{live})
+	client, r := newTestRun(t, Config{Roots: rs.Get}, namespace("app", nil), nil, nil, []*corev1.ConfigMap{live})
 	client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewNotFound(corev1.Resource("configmaps"), ConfigMapName)
 	})

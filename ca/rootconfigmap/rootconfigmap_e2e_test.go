@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
 	corev1 "k8s.io/api/core/v1"
@@ -32,12 +33,12 @@ func TestE2E(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	roots := newRoots(t, 3)
-	rs := &rootSet{}
-	rs.set(roots[0])
+	roots := testca.RootCerts(t, 3)
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
 	rec := &recorder{}
 	user := servicePublisher(t, cp, "rootconfigmap-publisher", documentedRules())
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Observer: rec, Logger: testlog.New(t)})
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +69,7 @@ func TestE2E(t *testing.T) {
 			testRepairEdit(t, admin, roots)
 		}},
 		{"new roots after Trigger", func(t *testing.T) {
-			rs.set(roots[1], roots[0])
+			rs.Set(roots[1], roots[0])
 			p.Trigger()
 			for _, ns := range namespaceNames(t, admin) {
 				waitRoots(t, admin, ns, roots[0], roots[1])

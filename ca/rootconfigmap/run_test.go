@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
 	authzv1 "k8s.io/api/authorization/v1"
@@ -50,13 +51,13 @@ func rootsIn(c kubernetes.Interface, ns string) string {
 // new one, repair after an edit and a deletion, a roots change with
 // Trigger, and one picked up by the periodic resync alone.
 func TestRun(t *testing.T) {
-	roots := newRoots(t, 2)
+	roots := testca.RootCerts(t, 2)
 	client := fakeCluster(allowAll, namespace("a", nil), namespace("b", nil))
-	rs := &rootSet{}
-	rs.set(roots[0])
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
 	rec := &recorder{}
 	fc := testclock.NewFakeClock(time.Now())
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
+	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,14 +85,14 @@ func TestRun(t *testing.T) {
 	}
 	eventually(t, "deleted ConfigMap re-created", func() bool { return rootsIn(client, "b") == first })
 
-	rs.set(roots[0], roots[1])
+	rs.Set(roots[0], roots[1])
 	p.Trigger()
 	both := mustContent(t, roots...)
 	eventually(t, "new roots after Trigger", func() bool {
 		return rootsIn(client, "a") == both && rootsIn(client, "b") == both && rootsIn(client, "c") == both
 	})
 
-	rs.set(roots[1])
+	rs.Set(roots[1])
 	last := mustContent(t, roots[1])
 	eventually(t, "resync to publish new roots without a trigger", func() bool {
 		fc.Step(DefaultResyncPeriod)
@@ -105,7 +106,7 @@ func TestRun(t *testing.T) {
 // TestRunNamespaceSelector: only matching namespaces get the ConfigMap,
 // including one relabelled to match after Run started.
 func TestRunNamespaceSelector(t *testing.T) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	client := fakeCluster(allowAll, namespace("on", map[string]string{"mesh": "on"}), namespace("off", nil))
 	rec := &recorder{}
 	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots },
@@ -174,7 +175,7 @@ func TestRunFailsFast(t *testing.T) {
 }
 
 func TestRunTwice(t *testing.T) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	p, err := New(Config{Client: fakeCluster(allowAll), TrustDomain: testTD,
 		Roots: func() []*x509.Certificate { return roots }})
 	if err != nil {

@@ -49,7 +49,7 @@ func TestBundleContentTooLarge(t *testing.T) {
 }
 
 func TestTargetName(t *testing.T) {
-	content := mustContent(t, newRoots(t, 1)...)
+	content := mustContent(t, testca.RootCerts(t, 1)...)
 	got := target{signer: "example.com/a.b"}.name(content)
 	if !regexp.MustCompile(`^example\.com:a\.b:[0-9a-f]{16}$`).MatchString(got) {
 		t.Errorf("name = %q, want example.com:a.b:<16 hex digits>", got)

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
 // state is what the tests compare of a bundle.
@@ -29,7 +31,7 @@ func stateOf(b *certv1.ClusterTrustBundle) state {
 // informer stores filled by hand, and compares the bundles left behind and
 // the writes made, in order.
 func TestReconcile(t *testing.T) {
-	roots := newRoots(t, 3)
+	roots := testca.RootCerts(t, 3)
 	cur := mustContent(t, roots[0], roots[1])
 	old := mustContent(t, roots[0])
 	other := mustContent(t, roots[2])
@@ -86,11 +88,11 @@ func TestReconcile(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := &rootSet{}
+			rs := &testca.Roots{}
 			if !tc.noRoots {
-				rs.set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
+				rs.Set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
 			}
-			client, r := newTestRun(t, Config{IstioCompatible: tc.istio, Roots: rs.get}, tc.existing...)
+			client, r := newTestRun(t, Config{IstioCompatible: tc.istio, Roots: rs.Get}, tc.existing...)
 			var result string
 			var err error
 			for _, signer := range []string{DefaultSignerName, IstioSignerName} {
@@ -176,12 +178,12 @@ func writeVerbs(client *fake.Clientset) []string {
 // TestReconcileDeleteUsesPreconditions checks that a stale bundle is
 // deleted only in the version the cache holds.
 func TestReconcileDeleteUsesPreconditions(t *testing.T) {
-	roots := newRoots(t, 2)
+	roots := testca.RootCerts(t, 2)
 	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD))
 	stale.UID, stale.ResourceVersion = "uid-1", "7"
-	rs := &rootSet{}
-	rs.set(roots[1])
-	client, r := newTestRun(t, Config{Roots: rs.get}, stale)
+	rs := &testca.Roots{}
+	rs.Set(roots[1])
+	client, r := newTestRun(t, Config{Roots: rs.Get}, stale)
 	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
 		t.Fatal(err)
 	}
@@ -201,12 +203,12 @@ func TestReconcileDeleteUsesPreconditions(t *testing.T) {
 // TestReconcileRootsReordered checks that the same roots in another order
 // (or with duplicates) name the same bundle: nothing is written.
 func TestReconcileRootsReordered(t *testing.T) {
-	roots := newRoots(t, 2)
-	rs := &rootSet{}
-	rs.set(roots[0], roots[1])
-	client, r := newTestRun(t, Config{Roots: rs.get},
+	roots := testca.RootCerts(t, 2)
+	rs := &testca.Roots{}
+	rs.Set(roots[0], roots[1])
+	client, r := newTestRun(t, Config{Roots: rs.Get},
 		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD)))
-	rs.set(roots[1], roots[0], roots[0])
+	rs.Set(roots[1], roots[0], roots[0])
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
 	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
 		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
@@ -217,12 +219,12 @@ func TestReconcileRootsReordered(t *testing.T) {
 // yet, so the create fails with AlreadyExists, and by the time the live
 // object is read someone has deleted it: it is created again, no error.
 func TestReconcileCacheLagThenDeleted(t *testing.T) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	content := mustContent(t, roots[0])
 	name := hashedName(content)
-	rs := &rootSet{}
-	rs.set(roots[0])
-	client, r := newTestRun(t, Config{Roots: rs.get})
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
+	client, r := newTestRun(t, Config{Roots: rs.Get})
 	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD))); err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +254,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 // TestReconcileCacheLag: the bundle exists but the informer has not seen
 // it yet. The create fails with AlreadyExists and the live object is used.
 func TestReconcileCacheLag(t *testing.T) {
-	roots := newRoots(t, 2)
+	roots := testca.RootCerts(t, 2)
 	content := mustContent(t, roots[0])
 	name := hashedName(content)
 	for _, tc := range []struct {
@@ -264,9 +266,9 @@ func TestReconcileCacheLag(t *testing.T) {
 		{"live copy edited", mustContent(t, roots[1]), ResultUpdated, []string{"create", "update"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			rs := &rootSet{}
-			rs.set(roots[0])
-			client, r := newTestRun(t, Config{Roots: rs.get})
+			rs := &testca.Roots{}
+			rs.Set(roots[0])
+			client, r := newTestRun(t, Config{Roots: rs.Get})
 			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD))); err != nil {
 				t.Fatal(err)
 			}

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
 	authzv1 "k8s.io/api/authorization/v1"
@@ -59,13 +60,13 @@ func exists(client *fake.Clientset, name string) bool {
 // roots change with Trigger, a roots change picked up by the periodic
 // resync alone, and repair after a deletion.
 func TestRun(t *testing.T) {
-	roots := newRoots(t, 2)
+	roots := testca.RootCerts(t, 2)
 	client := fakeCluster(allowAll, "v1", "v1beta1")
-	rs := &rootSet{}
-	rs.set(roots[0])
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
 	rec := &recorder{}
 	fc := testclock.NewFakeClock(time.Now())
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
+	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,14 +78,14 @@ func TestRun(t *testing.T) {
 		return exists(client, first) && rec.count(ResultUnchanged) > 0
 	})
 
-	rs.set(roots[0], roots[1])
+	rs.Set(roots[0], roots[1])
 	p.Trigger()
 	both := hashedName(mustContent(t, roots...))
 	eventually(t, "rotation bundle replacing the first", func() bool {
 		return exists(client, both) && !exists(client, first)
 	})
 
-	rs.set(roots[1])
+	rs.Set(roots[1])
 	last := hashedName(mustContent(t, roots[1]))
 	eventually(t, "resync to publish new roots without a trigger", func() bool {
 		fc.Step(DefaultResyncPeriod)
@@ -101,7 +102,7 @@ func TestRun(t *testing.T) {
 }
 
 func TestRunFallsBackToV1beta1(t *testing.T) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	client := fakeCluster(allowAll, "v1beta1")
 	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }})
 	if err != nil {
@@ -163,7 +164,7 @@ func TestRunFailsFast(t *testing.T) {
 }
 
 func TestRunTwice(t *testing.T) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	p, err := New(Config{Client: fakeCluster(allowAll, "v1"), TrustDomain: testTD,
 		Roots: func() []*x509.Certificate { return roots }})
 	if err != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
 	certv1 "k8s.io/api/certificates/v1"
@@ -28,11 +29,11 @@ const e2eTimeout = 10 * time.Second
 func TestE2E(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	admin := cp.Client()
-	roots := newRoots(t, 3)
-	rs := &rootSet{}
-	rs.set(roots[0])
+	roots := testca.RootCerts(t, 3)
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
 	user := grantPublisher(t, cp, "trustbundle-publisher", DefaultSignerName)
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.get, Logger: testlog.New(t)})
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Logger: testlog.New(t)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +88,7 @@ func testRepairEdit(t *testing.T, admin kubernetes.Interface, name string, roots
 // testRotation adds a root and checks, on a watch, that the bundle with
 // both roots is added before the one with the old root is deleted, and
 // that a bundle we do not own survives.
-func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *rootSet, roots []*x509.Certificate) {
+func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *testca.Roots, roots []*x509.Certificate) {
 	ctx := t.Context()
 	bundles := admin.CertificatesV1().ClusterTrustBundles()
 	manual := bundle("workload-ca.io:spiffe:manual", DefaultSignerName, mustContent(t, roots[2]), nil)
@@ -106,7 +107,7 @@ func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *ro
 	defer w.Stop()
 
 	old, both := hashedName(mustContent(t, roots[0])), hashedName(mustContent(t, roots[0], roots[1]))
-	rs.set(roots[1], roots[0])
+	rs.Set(roots[1], roots[0])
 	p.Trigger()
 	var events []string
 	timeout := time.After(e2eTimeout)
@@ -132,7 +133,7 @@ func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *ro
 
 // testIstio checks the bundle Istio's charts mount by name.
 func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	signer := "istio-e2e.workload-ca.io/spiffe"
 	user := grantPublisher(t, cp, "trustbundle-istio", signer, IstioSignerName)
 	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer, IstioCompatible: true,
@@ -194,7 +195,7 @@ func testPodAccepted(t *testing.T, cp *controlplane.ControlPlane) {
 func testNoAttest(t *testing.T, cp *controlplane.ControlPlane) {
 	signer := "noattest.workload-ca.io/spiffe"
 	user := grantPublisher(t, cp, "trustbundle-noattest")
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer,
 		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
 	if err != nil {
@@ -220,7 +221,7 @@ func TestE2EV1beta1(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerFlags: map[string]string{
 		"runtime-config": "certificates.k8s.io/v1/clustertrustbundles=false,certificates.k8s.io/v1beta1/clustertrustbundles=true",
 	}})
-	roots := newRoots(t, 1)
+	roots := testca.RootCerts(t, 1)
 	p, err := New(Config{Client: cp.Client(), TrustDomain: testTD,
 		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
 	if err != nil {
