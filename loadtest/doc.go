@@ -19,7 +19,8 @@
 //
 // # Behaviour
 //
-// Every ztunnel has its own gRPC connection over TLS 1.3 and at most
+// Every ztunnel has its own gRPC connection over TLS 1.3, with fixed
+// HTTP/2 flow-control windows as ztunnel's client has them, and at most
 // Config.InFlight (default 8) requests outstanding, as ztunnel's
 // certificate fetcher does. Keys and CSRs (ECDSA P-256, empty subject, one
 // critical URI SAN: ztunnel's shape) are generated before anything is
@@ -37,7 +38,8 @@
 //   - target rate (Rate > 0): open loop, requests are due at a fixed total
 //     rate spread round-robin over the ztunnels, and latency is measured
 //     from when a request was due (so a slow server is charged for the
-//     queueing it causes, not hidden by it);
+//     queueing it causes, not hidden by it); the summary's start lag says
+//     how much of that was this process sending late;
 //   - once (Once): a cold-start storm, every ztunnel connects and asks for
 //     each of its identities once (retrying failures), all at the same time;
 //     the summary says when every ztunnel held all its certificates.
