@@ -59,7 +59,9 @@
 // is that every replica needs the directory, and that a replica whose
 // directory lacks the root of some intermediate in the Secret refuses the
 // state (at start: it does not start), which is what keeps an operator
-// from dropping a root whose intermediates' leaves are still in use.
+// from dropping a root whose intermediates' leaves are still in use. When
+// the directory changes, SecretStore.SetRoots takes the new roots under
+// the same rule.
 //
 // The signing material is then the active intermediate, no further
 // intermediates, and the external roots as the bundle, so every chain the

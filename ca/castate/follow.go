@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"sync"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -19,8 +20,10 @@ type follower struct {
 	s        *SecretStore
 	onChange func(State)
 	informer cache.Controller
-	// seen is the last KeyState value handled, valid or not; only the
-	// informer's goroutine touches it.
+	store    cache.Store
+	// mu serializes observe: the informer's handlers and recheck.
+	mu sync.Mutex
+	// seen is the last KeyState value handled, valid or not.
 	seen []byte
 }
 
@@ -28,8 +31,8 @@ type follower struct {
 // of the Secret whose state differs from the last one seen, it decodes and
 // validates the state; a valid state becomes Current and is passed to
 // onChange, an invalid one is logged and ignored, so the previous state
-// keeps serving. onChange is called from one goroutine, in order, and must
-// not block for long. A deleted Secret is re-created from the last valid
+// keeps serving (SetRoots checks it again). onChange is called one call at
+// a time, in order, and must not block for long. A deleted Secret is re-created from the last valid
 // state seen (see restore); the last state keeps serving either way.
 func (s *SecretStore) Run(ctx context.Context, onChange func(State)) error {
 	if !s.running.CompareAndSwap(false, true) {
@@ -38,7 +41,7 @@ func (s *SecretStore) Run(ctx context.Context, onChange func(State)) error {
 	defer s.running.Store(false)
 	f := &follower{s: s, onChange: onChange}
 	logger := logr.FromSlogHandler(s.log.Handler())
-	_, f.informer = cache.NewInformerWithOptions(cache.InformerOptions{
+	f.store, f.informer = cache.NewInformerWithOptions(cache.InformerOptions{
 		ListerWatcher: s.listWatch(),
 		ObjectType:    &corev1.Secret{},
 		Handler: cache.ResourceEventHandlerFuncs{
@@ -61,7 +64,24 @@ func (s *SecretStore) HasSynced() bool {
 	return f != nil && f.informer.HasSynced()
 }
 
+// recheck handles the Secret as last seen once more, e.g. a state that was
+// refused under roots that have changed since.
+func (f *follower) recheck() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.seen = nil
+	for _, obj := range f.store.List() {
+		f.observeLocked(obj)
+	}
+}
+
 func (f *follower) observe(obj any) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.observeLocked(obj)
+}
+
+func (f *follower) observeLocked(obj any) {
 	sec, ok := obj.(*corev1.Secret)
 	if !ok {
 		return

@@ -29,7 +29,7 @@ func TestE2EIntermediates(t *testing.T) {
 	if _, err := cp.CreateNamespace(t.Context(), testNS); err != nil {
 		t.Fatal(err)
 	}
-	names := []string{"intermediates"}
+	names := []string{"intermediates", "roots-change"}
 	for i := range intermediateRaceRounds {
 		names = append(names, fmt.Sprintf("race-intermediates-%d", i))
 	}
@@ -40,6 +40,52 @@ func TestE2EIntermediates(t *testing.T) {
 
 	t.Run("round trip, followed", func(t *testing.T) { testIntermediatesRoundTrip(t, client, cp.Client(), root) })
 	t.Run("racing LoadOrCreate ends with one intermediate", func(t *testing.T) { testIntermediatesRace(t, client, root) })
+	t.Run("a state refused under old roots is delivered after SetRoots", func(t *testing.T) { testSetRootsRechecks(t, client, root) })
+}
+
+// testSetRootsRechecks: the leader's directory already has a new root and
+// mints an intermediate of it; a replica whose directory has not caught up
+// refuses that state, and takes it once its roots are set to the new
+// bundle.
+func testSetRootsRechecks(t *testing.T, client func() kubernetes.Interface, root *testca.CA) {
+	const name = "roots-change"
+	now := time.Now()
+	newRoot := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(10*365*24*time.Hour)))
+	leader := intermediateStore(t, client(), name, intermediates(root), root.Cert, newRoot.Cert)
+	if _, err := leader.LoadOrCreate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	replica := intermediateStore(t, client(), name, nil, root.Cert)
+	if _, err := replica.LoadOrCreate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	states := follow(t, replica)
+	first := next[castate.State](t, states, "first state")
+	if len(first.Authorities) != 1 {
+		t.Fatalf("first state has %d authorities, want 1", len(first.Authorities))
+	}
+	m, err := intermediates(newRoot)(now)
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = leader.Update(t.Context(), func(st castate.State) (castate.State, error) {
+		st.Authorities = append(st.Authorities, castate.Authority{Cert: m.Cert, Key: m.Signer, Status: castate.StatusPrepared, PreparedAt: now})
+		return st, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case st := <-states:
+		t.Fatalf("state with %d authorities delivered under roots that did not issue one of them", len(st.Authorities))
+	case <-time.After(2 * time.Second): // refused, as it should be
+	}
+	if err := replica.SetRoots([]*x509.Certificate{root.Cert, newRoot.Cert}); err != nil {
+		t.Fatal(err)
+	}
+	if st := next[castate.State](t, states, "the state after SetRoots"); len(st.Authorities) != 2 {
+		t.Errorf("state after SetRoots has %d authorities, want 2", len(st.Authorities))
+	}
 }
 
 func intermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {

@@ -255,3 +255,43 @@ func sameCertList(a, b []*x509.Certificate) bool {
 func pemOf(c *x509.Certificate) string {
 	return strings.TrimSpace(string((&testca.CA{Cert: c}).CertPEM()))
 }
+
+// The plug-in root's bundle may change (its directory is reloaded): new
+// roots that still hold the issuer of every intermediate in use are taken,
+// and states are then validated under them; roots that drop it, or no
+// roots at all, are refused and the old roots stay.
+func TestSecretStoreSetRoots(t *testing.T) {
+	root, next := pluginRoot(t), pluginRoot(t)
+	client := fake.NewClientset()
+	store := newIntermediateStore(t, client, root, root.Cert)
+	if _, err := store.LoadOrCreate(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		roots []*x509.Certificate
+		ok    bool
+	}{
+		{"the in-use root dropped", []*x509.Certificate{next.Cert}, false},
+		{"no roots: a switch to self-signed roots", nil, false},
+		{"a new root beside the in-use one", []*x509.Certificate{next.Cert, root.Cert}, true},
+	}
+	for _, tc := range tests {
+		before := store.Roots()
+		err := store.SetRoots(tc.roots)
+		switch {
+		case tc.ok && (err != nil || !sameCertList(store.Roots(), tc.roots)):
+			t.Errorf("%s: SetRoots = %v, roots now %d; want them taken", tc.name, err, len(store.Roots()))
+		case !tc.ok && (err == nil || !sameCertList(store.Roots(), before)):
+			t.Errorf("%s: SetRoots = %v; want an error and the old roots kept", tc.name, err)
+		}
+	}
+	// An intermediate of the new root is now valid in the Secret.
+	err := store.Update(t.Context(), func(s castate.State) (castate.State, error) {
+		s.Authorities = append(s.Authorities, intermediate(t, next, prepared))
+		return s, nil
+	})
+	if err != nil {
+		t.Errorf("Update adding an intermediate of the new root: %v", err)
+	}
+}

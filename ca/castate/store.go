@@ -56,7 +56,7 @@ type SecretStore struct {
 	client   kubernetes.Interface
 	ns, name string
 	generate func(time.Time) (*ca.Material, error)
-	roots    []*x509.Certificate
+	roots    atomic.Pointer[[]*x509.Certificate] // see SetRoots
 	clock    clock.PassiveClock
 	log      *slog.Logger
 
@@ -79,15 +79,46 @@ func NewSecretStore(cfg SecretConfig) (*SecretStore, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &SecretStore{
+	s := &SecretStore{
 		client:   cfg.Client,
 		ns:       cfg.Namespace,
 		name:     cfg.Name,
 		generate: cfg.Generate,
-		roots:    slices.Clone(cfg.Roots),
 		clock:    cfg.Clock,
 		log:      cfg.Logger.With("secret", cfg.Namespace+"/"+cfg.Name),
-	}, nil
+	}
+	roots := slices.Clone(cfg.Roots)
+	s.roots.Store(&roots)
+	return s, nil
+}
+
+// Roots returns the external roots the store validates states under (nil
+// for self-signed roots).
+func (s *SecretStore) Roots() []*x509.Certificate { return *s.roots.Load() }
+
+// SetRoots replaces the external roots, e.g. after the plug-in root's
+// directory changed. The current state must be valid under the new roots
+// (every intermediate in it issued by one of them), so a bundle that drops
+// a root whose intermediates are still in use is refused; so is a switch
+// between self-signed roots and external ones. States read or written
+// afterwards are validated under the new roots, and the Secret as last
+// seen is checked again (a state refused under the old roots may fit the
+// new ones; Run's onChange gets it).
+func (s *SecretStore) SetRoots(roots []*x509.Certificate) error {
+	if (len(roots) > 0) != (len(s.Roots()) > 0) {
+		return errors.New("castate: cannot switch between self-signed roots and external roots")
+	}
+	if cur := s.current.Load(); cur != nil {
+		if err := cur.fitsRoots(roots); err != nil {
+			return fmt.Errorf("castate: the current CA state does not fit the new roots: %w", err)
+		}
+	}
+	roots = slices.Clone(roots)
+	s.roots.Store(&roots)
+	if f := s.follow.Load(); f != nil {
+		f.recheck() // a state refused under the old roots may fit now
+	}
+	return nil
 }
 
 // Current returns the last valid state the store saw (from LoadOrCreate or
@@ -152,7 +183,7 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 
 // write creates the Secret holding st; it never replaces an existing one.
 func (s *SecretStore) write(ctx context.Context, st State) error {
-	if err := st.ValidateUnder(s.roots); err != nil {
+	if err := st.ValidateUnder(s.Roots()); err != nil {
 		return err
 	}
 	data, err := encode(st)
@@ -215,7 +246,7 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 	if err != nil {
 		return err
 	}
-	if err := next.ValidateUnder(s.roots); err != nil {
+	if err := next.ValidateUnder(s.Roots()); err != nil {
 		return err
 	}
 	data, err := encode(next)
@@ -245,7 +276,7 @@ func (s *SecretStore) updateOnce(ctx context.Context, fn func(State) (State, err
 func (s *SecretStore) decode(data map[string][]byte) (State, error) {
 	st, err := Decode(data)
 	if err == nil {
-		err = st.fitsRoots(s.roots)
+		err = st.fitsRoots(s.Roots())
 	}
 	if err != nil {
 		return State{}, err
@@ -255,7 +286,7 @@ func (s *SecretStore) decode(data map[string][]byte) (State, error) {
 
 // kind is the Kind of the states the store keeps.
 func (s *SecretStore) kind() Kind {
-	if len(s.roots) > 0 {
+	if len(s.Roots()) > 0 {
 		return KindIntermediates
 	}
 	return KindRoots
@@ -263,7 +294,7 @@ func (s *SecretStore) kind() Kind {
 
 // noun names an authority of the store's kind in messages.
 func (s *SecretStore) noun() string {
-	if len(s.roots) > 0 {
+	if len(s.Roots()) > 0 {
 		return "intermediate"
 	}
 	return "root"
