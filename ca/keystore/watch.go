@@ -17,6 +17,9 @@ import (
 // DirWatcherConfig configures a DirWatcher.
 type DirWatcherConfig struct {
 	Dir string
+	// Root: the directory holds a plug-in root CA (the layouts of
+	// LoadRootDir), not the CA's own signing material.
+	Root bool
 	// Apply installs newly loaded material; an error refuses it.
 	Apply func(*ca.Material) error
 	// Interval between polls (default 5s). Polling works the same for
@@ -86,7 +89,11 @@ func (w *DirWatcher) Poll() bool {
 		return false
 	}
 	w.seen = fp
-	m, err := loadDir(w.cfg.Dir, w.cfg.Clock.Now())
+	load := loadDir
+	if w.cfg.Root {
+		load = loadRootDir
+	}
+	m, err := load(w.cfg.Dir, w.cfg.Clock.Now())
 	if err == nil {
 		err = w.cfg.Apply(m)
 	}

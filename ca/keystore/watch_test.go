@@ -1,6 +1,7 @@
 package keystore_test
 
 import (
+	"crypto/x509"
 	"errors"
 	"os"
 	"path/filepath"
@@ -76,5 +77,45 @@ func istioFiles(t *testing.T, signing, root *testca.CA) map[string][]byte {
 		"ca-key.pem":     pemKey(t, signing.Key, "pkcs8"),
 		"root-cert.pem":  pemCerts(root.Cert),
 		"cert-chain.pem": pemCerts(signing.Cert),
+	}
+}
+
+// With Root, the watcher loads a plug-in root directory: a new signing
+// root with the old one kept in the bundle is applied; a root with the
+// wrong key is refused.
+func TestDirWatcherRootDir(t *testing.T) {
+	old := testca.NewRoot(t, testca.P256)
+	next := testca.NewRoot(t, testca.P256)
+	rootFiles := func(signing *testca.CA, bundle ...*testca.CA) map[string][]byte {
+		certs := []*x509.Certificate{signing.Cert}
+		for _, b := range bundle {
+			certs = append(certs, b.Cert)
+		}
+		return map[string][]byte{keystore.IstioRootFile: pemCerts(certs...), keystore.IstioRootKeyFile: pemKey(t, signing.Key, "pkcs8")}
+	}
+	dir := writeDir(t, rootFiles(old))
+	var applied []*ca.Material
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: dir, Root: true, Apply: func(m *ca.Material) error {
+		applied = append(applied, m)
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(files map[string][]byte) {
+		t.Helper()
+		for name, content := range files {
+			if err := os.WriteFile(filepath.Join(dir, name), content, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	write(rootFiles(next, old))
+	if !w.Poll() || len(applied) != 1 || !applied[0].Cert.Equal(next.Cert) || len(applied[0].Roots) != 2 {
+		t.Fatalf("new signing root with the old in the bundle not applied: %d applied", len(applied))
+	}
+	write(map[string][]byte{keystore.IstioRootKeyFile: pemKey(t, old.Key, "pkcs8")})
+	if w.Poll() || len(applied) != 1 {
+		t.Fatal("a signing root with another root's key was applied")
 	}
 }
