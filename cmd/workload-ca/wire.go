@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -83,9 +84,11 @@ type app struct {
 	adminLis  net.Listener
 	// phase reports the rotation phase for metrics (nil: no rotation).
 	phase func() string
-	// caRoots are the plug-in roots of --ca-root-dir, the trust bundle of
-	// a Secret of intermediates; nil for self-signed roots.
-	caRoots []*x509.Certificate
+	// pluginRoot is the root CA of --ca-root-dir (reloaded when the
+	// directory changes), which issues the intermediates; nil otherwise.
+	pluginRoot atomic.Pointer[ca.Material]
+	// caStore is the CA state Secret (--ca-secret).
+	caStore *castate.SecretStore
 	// extraChecks are readiness checks of the CA source.
 	extraChecks []admin.Check
 	// replicaTasks run on every replica; leaderTasks on the leader only.
@@ -160,7 +163,7 @@ func (a *app) loadCASecret(ctx context.Context) error {
 		return err
 	}
 	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube, Namespace: a.cfg.CASecret.Namespace,
-		Name: a.cfg.CASecret.Name, Generate: generate, Roots: a.caRoots, Logger: a.log.With("component", "ca-secret")})
+		Name: a.cfg.CASecret.Name, Generate: generate, Roots: a.externalRoots(), Logger: a.log.With("component", "ca-secret")})
 	if err != nil {
 		return err
 	}
@@ -168,11 +171,15 @@ func (a *app) loadCASecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	m, err := st.MaterialUnder(a.caRoots)
+	m, err := st.MaterialUnder(store.Roots())
 	if err != nil {
 		return err
 	}
 	if err := a.newAuthority(m); err != nil {
+		return err
+	}
+	a.caStore = store
+	if err := a.watchRootDir(); err != nil {
 		return err
 	}
 	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
@@ -192,8 +199,8 @@ func (a *app) loadCASecret(ctx context.Context) error {
 
 // caGenerator returns how the CA's next authority is made: a self-signed
 // root, or with --ca-root-dir an intermediate issued by the plug-in root,
-// which it loads (once: the directory is not reloaded) and whose roots it
-// sets as a.caRoots.
+// which it loads as a.pluginRoot (the current one at each call: the
+// directory is reloaded).
 func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material, error), error) {
 	opts := keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain, Lifetime: policy.CATTL}
 	if a.cfg.CARootDir == "" {
@@ -203,15 +210,57 @@ func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material
 	if err != nil {
 		return nil, err
 	}
-	a.caRoots = root.Roots
+	a.pluginRoot.Store(root)
 	a.log.Info("plug-in root loaded; signing with intermediates issued by it", "dir", a.cfg.CARootDir,
 		"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "roots", len(root.Roots))
-	return func(now time.Time) (*ca.Material, error) { return keystore.GenerateIntermediate(root, opts, now) }, nil
+	return func(now time.Time) (*ca.Material, error) {
+		return keystore.GenerateIntermediate(a.pluginRoot.Load(), opts, now)
+	}, nil
+}
+
+// externalRoots are the plug-in root's trust bundle, or nil for
+// self-signed roots.
+func (a *app) externalRoots() []*x509.Certificate {
+	if r := a.pluginRoot.Load(); r != nil {
+		return r.Roots
+	}
+	return nil
+}
+
+// watchRootDir reloads the plug-in root when --ca-root-dir changes.
+func (a *app) watchRootDir() error {
+	if a.cfg.CARootDir == "" {
+		return nil
+	}
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CARootDir, Root: true,
+		Interval: a.cfg.CADirPoll, Apply: a.setPluginRoot, Logger: a.log.With("component", "ca-root-dir")})
+	if err != nil {
+		return err
+	}
+	a.replicaTasks = append(a.replicaTasks, w.Run)
+	return nil
+}
+
+// setPluginRoot installs a changed plug-in root: its bundle becomes the
+// trust bundle (published, and what the Secret's intermediates are
+// checked against) and it issues the intermediates minted from now on.
+// Bundles that drop the issuer of an intermediate still in the Secret are
+// refused, and the previous root keeps serving.
+func (a *app) setPluginRoot(root *ca.Material) error {
+	if err := a.caStore.SetRoots(root.Roots); err != nil {
+		return err
+	}
+	a.pluginRoot.Store(root)
+	m, err := a.caStore.Current().MaterialUnder(root.Roots)
+	if err != nil {
+		return err
+	}
+	return a.setMaterial(m)
 }
 
 // followState installs the material of a new CA state seen in the Secret.
 func (a *app) followState(st castate.State) {
-	m, err := st.MaterialUnder(a.caRoots)
+	m, err := st.MaterialUnder(a.caStore.Roots())
 	if err == nil {
 		err = a.setMaterial(m)
 	}

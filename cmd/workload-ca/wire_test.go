@@ -30,8 +30,8 @@ func TestCAGenerator(t *testing.T) {
 			t.Fatal(err)
 		}
 		m, err := gen(time.Now())
-		if err != nil || a.caRoots != nil || m.Cert.CheckSignatureFrom(m.Cert) != nil {
-			t.Fatalf("want self-signed roots and no external roots: %v, %d roots", err, len(a.caRoots))
+		if err != nil || a.externalRoots() != nil || m.Cert.CheckSignatureFrom(m.Cert) != nil {
+			t.Fatalf("want self-signed roots and no external roots: %v, %d roots", err, len(a.externalRoots()))
 		}
 	})
 
@@ -54,8 +54,8 @@ func TestCAGenerator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(a.caRoots) != 2 || !a.caRoots[0].Equal(root.Cert) || !a.caRoots[1].Equal(other.Cert) {
-			t.Fatalf("caRoots = %d certificates, want both roots of the directory, signing root first", len(a.caRoots))
+		if len(a.externalRoots()) != 2 || !a.externalRoots()[0].Equal(root.Cert) || !a.externalRoots()[1].Equal(other.Cert) {
+			t.Fatalf("external roots = %d certificates, want both roots of the directory, signing root first", len(a.externalRoots()))
 		}
 		m, err := gen(time.Now())
 		if err != nil {

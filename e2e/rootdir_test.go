@@ -1,0 +1,115 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+// TestLifecyclePluginRootReload runs the CA on intermediates of a plug-in
+// root (--ca-secret with --ca-root-dir) whose directory is updated the way
+// the kubelet updates a Secret volume. A new signing root that keeps the
+// old one in the bundle is taken without a restart: the published bundle
+// and the answers' root bundle hold both roots, and certificates keep
+// verifying. A bundle that drops the root of the intermediate in use is
+// refused and logged, and nothing changes.
+func TestLifecyclePluginRootReload(t *testing.T) {
+	f := newLCFixture(t, "rootdir")
+	old, next := testca.NewRoot(t, testca.P256), testca.NewRoot(t, testca.P256)
+	vol := &volumeDir{dir: filepath.Join(f.dir, "root")}
+	vol.write(t, rootDirFiles(t, old))
+	ca := f.start(t, "--ca-root-dir", vol.dir, "--ca-dir-poll-interval", "200ms")
+	pid := ca.Pid()
+
+	bundle := func(roots ...*x509.Certificate) (name, content string) {
+		t.Helper()
+		content, err := rootset.PEM(roots)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(content))
+		return strings.ReplaceAll(f.signer, "/", ":") + ":" + hex.EncodeToString(sum[:8]), content
+	}
+	// Clients trust the published bundle, not the directory (which may
+	// already lack a root the CA still needs).
+	issuedUnder := func(roots ...*x509.Certificate) {
+		t.Helper()
+		pool := x509.NewCertPool()
+		for _, r := range roots {
+			pool.AddCert(r)
+		}
+		client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: pool, ServerName: cahost.ServerName})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer client.Close()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		res, err := client.CreateCertificate(ctx, caclient.Request{Token: f.s.ztunnelA,
+			Identity: spiffeid.RequireFromString(id("demo", "web")), Impersonate: true})
+		if err != nil {
+			t.Fatalf("request: %v", err)
+		}
+		if len(res.Roots) != len(roots) {
+			t.Errorf("the answer's root bundle has %d roots, want %d", len(res.Roots), len(roots))
+		}
+		if err := verifiesWith(res.Leaf, res.Chain, roots, time.Now()); err != nil {
+			t.Errorf("leaf does not verify: %v", err)
+		}
+	}
+	name, content := bundle(old.Cert)
+	waitBundle(t, f, name, f.signer, content)
+	issuedUnder(old.Cert)
+
+	t.Run("a new signing root beside the old one is taken", func(t *testing.T) {
+		vol.write(t, rootDirFiles(t, next, old))
+		name, content := bundle(old.Cert, next.Cert)
+		waitBundle(t, f, name, f.signer, content)
+		issuedUnder(old.Cert, next.Cert)
+	})
+	t.Run("a bundle without the in-use root is refused", func(t *testing.T) {
+		vol.write(t, rootDirFiles(t, next))
+		err := pollUntil(t, lcWait, func() (bool, error) {
+			return len(logLines(ca, "refused changed CA material", "does not fit")) > 0, nil
+		})
+		if err != nil {
+			t.Fatalf("no refusal logged: %v", err)
+		}
+		issuedUnder(old.Cert, next.Cert)
+	})
+	if ca.Exited() || ca.Pid() != pid {
+		t.Errorf("the CA restarted (pid %d, was %d; exited %v)", ca.Pid(), pid, ca.Exited())
+	}
+}
+
+// rootDirFiles returns a plug-in root directory: signing's certificate
+// first in root-cert.pem, then the other roots, and signing's key.
+func rootDirFiles(t *testing.T, signing *testca.CA, others ...*testca.CA) map[string][]byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(signing.Key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certs := signing.CertPEM()
+	for _, o := range others {
+		certs = append(certs, o.CertPEM()...)
+	}
+	return map[string][]byte{
+		keystore.IstioRootFile:    certs,
+		keystore.IstioRootKeyFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+	}
+}
