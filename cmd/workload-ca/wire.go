@@ -242,20 +242,18 @@ func (a *app) watchRootDir() error {
 }
 
 // setPluginRoot installs a changed plug-in root: its bundle becomes the
-// trust bundle (published, and what the Secret's intermediates are
-// checked against) and it issues the intermediates minted from now on.
-// Bundles that drop the issuer of an intermediate still in the Secret are
-// refused, and the previous root keeps serving.
+// trust bundle (what the Secret's intermediates are checked against) and
+// it issues the intermediates minted from now on. Bundles that drop the
+// issuer of an intermediate still in the Secret are refused, and the
+// previous root keeps serving. The store hands the Secret's state to
+// followState again, which installs it under the new bundle (and so
+// publishes it); installing it here too could race a newer state.
 func (a *app) setPluginRoot(root *ca.Material) error {
 	if err := a.caStore.SetRoots(root.Roots); err != nil {
 		return err
 	}
 	a.pluginRoot.Store(root)
-	m, err := a.caStore.Current().MaterialUnder(root.Roots)
-	if err != nil {
-		return err
-	}
-	return a.setMaterial(m)
+	return nil
 }
 
 // followState installs the material of a new CA state seen in the Secret.
