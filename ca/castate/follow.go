@@ -32,8 +32,9 @@ type follower struct {
 // validates the state; a valid state becomes Current and is passed to
 // onChange, an invalid one is logged and ignored, so the previous state
 // keeps serving (SetRoots checks it again). onChange is called one call at
-// a time, in order, and must not block for long. A deleted Secret is re-created from the last valid
-// state seen (see restore); the last state keeps serving either way.
+// a time, in order, and must not block for long. A deleted Secret is
+// re-created from the last valid state seen (see restore); the last state
+// keeps serving either way.
 func (s *SecretStore) Run(ctx context.Context, onChange func(State)) error {
 	if !s.running.CompareAndSwap(false, true) {
 		return errors.New("castate: Run is already running")
