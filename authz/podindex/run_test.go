@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -17,18 +19,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 )
-
-// eventually polls cond until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // TestRun drives Run against the fake clientset (list, then watch).
 //
@@ -78,24 +68,24 @@ func TestRun(t *testing.T) {
 	if _, err := pods.Create(ctx, running(uid4, "shop", "cart", "node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "created pod indexed", func() bool { return idx.store.onNode("node-b", saName{"shop", "cart"}) })
+	testwait.Eventually(t, "created pod indexed", func() bool { return idx.store.onNode("node-b", saName{"shop", "cart"}) })
 
 	bound := testPod(uid3, "shop", "cart", "node-c", corev1.PodPending)
 	if _, err := pods.Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "bound pod indexed", func() bool { return idx.HasPod(uid3) })
+	testwait.Eventually(t, "bound pod indexed", func() bool { return idx.HasPod(uid3) })
 
 	finished := testPod(uid1, "shop", "checkout", "node-a", corev1.PodSucceeded)
 	if _, err := pods.UpdateStatus(ctx, finished, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "finished pod removed", func() bool { return !idx.HasPod(uid1) })
+	testwait.Eventually(t, "finished pod removed", func() bool { return !idx.HasPod(uid1) })
 
 	if err := pods.Delete(ctx, "pod-"+uid4, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted pod removed", func() bool { return !idx.HasPod(uid4) })
+	testwait.Eventually(t, "deleted pod removed", func() bool { return !idx.HasPod(uid4) })
 	if st := idx.Stats(); st.Pods != 1 || st.Nodes != 1 || st.ServiceAccounts != 1 {
 		t.Errorf("stats = %+v, want only uid3 left", st)
 	}
@@ -190,5 +180,5 @@ func TestWatchList(t *testing.T) {
 		t.Errorf("after watch-list sync: has(uid1)=%v has(uid2)=%v; want true, false", rs.has(uid1), rs.has(uid2))
 	}
 	lw.w.Delete(full)
-	eventually(t, "deleted pod removed", func() bool { return !rs.has(uid1) })
+	testwait.Eventually(t, "deleted pod removed", func() bool { return !rs.has(uid1) })
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,26 +82,10 @@ func servicePublisher(t *testing.T, cp *controlplane.ControlPlane, name string, 
 	if len(rules) == 0 {
 		return client
 	}
-	bindClusterRole(t, cp.Client(), name, rules)
-	eventually(t, "RBAC for "+name, func() bool { return checkAccess(t.Context(), client) == nil })
+	subject := rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: publisherNamespace, Name: name}
+	if err := cp.BindClusterRole(t.Context(), name, rules, subject); err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, "RBAC for "+name, func() bool { return checkAccess(t.Context(), client) == nil })
 	return client
-}
-
-// bindClusterRole creates ClusterRole and ClusterRoleBinding name, giving
-// service account name in publisherNamespace the rules.
-func bindClusterRole(t *testing.T, admin kubernetes.Interface, name string, rules []rbacv1.PolicyRule) {
-	t.Helper()
-	rbac := admin.RbacV1()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
-	if _, err := rbac.ClusterRoles().Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: publisherNamespace, Name: name}},
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 }

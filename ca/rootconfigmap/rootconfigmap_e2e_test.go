@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
@@ -149,7 +151,7 @@ func testTerminating(t *testing.T, admin kubernetes.Interface, rec *recorder) {
 	if err := admin.CoreV1().ConfigMaps("gamma").Delete(t.Context(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "gamma skipped", func() bool { return rec.count(ResultSkipped) > skipped })
+	testwait.Eventually(t, "gamma skipped", func() bool { return rec.count(ResultSkipped) > skipped })
 	_, err = admin.CoreV1().ConfigMaps("gamma").Get(t.Context(), ConfigMapName, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("ConfigMap in terminating namespace: %v; want NotFound", err)

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
@@ -65,36 +67,36 @@ func TestRun(t *testing.T) {
 	startRun(t, p)
 
 	first := mustContent(t, roots[0])
-	eventually(t, "ConfigMaps in existing namespaces", func() bool {
+	testwait.Eventually(t, "ConfigMaps in existing namespaces", func() bool {
 		return rootsIn(client, "a") == first && rootsIn(client, "b") == first
 	})
 
 	if _, err := client.CoreV1().Namespaces().Create(context.Background(), namespace("c", nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ConfigMap in a new namespace", func() bool { return rootsIn(client, "c") == first })
+	testwait.Eventually(t, "ConfigMap in a new namespace", func() bool { return rootsIn(client, "c") == first })
 
 	edited := configMap("a", map[string]string{DataKey: "tampered"}, ownLabels(testTD))
 	if _, err := client.CoreV1().ConfigMaps("a").Update(context.Background(), edited, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "edited ConfigMap restored", func() bool { return rootsIn(client, "a") == first })
+	testwait.Eventually(t, "edited ConfigMap restored", func() bool { return rootsIn(client, "a") == first })
 
 	if err := client.CoreV1().ConfigMaps("b").Delete(context.Background(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted ConfigMap re-created", func() bool { return rootsIn(client, "b") == first })
+	testwait.Eventually(t, "deleted ConfigMap re-created", func() bool { return rootsIn(client, "b") == first })
 
 	rs.Set(roots[0], roots[1])
 	p.Trigger()
 	both := mustContent(t, roots...)
-	eventually(t, "new roots after Trigger", func() bool {
+	testwait.Eventually(t, "new roots after Trigger", func() bool {
 		return rootsIn(client, "a") == both && rootsIn(client, "b") == both && rootsIn(client, "c") == both
 	})
 
 	rs.Set(roots[1])
 	last := mustContent(t, roots[1])
-	eventually(t, "resync to publish new roots without a trigger", func() bool {
+	testwait.Eventually(t, "resync to publish new roots without a trigger", func() bool {
 		fc.Step(DefaultResyncPeriod)
 		return rootsIn(client, "a") == last && rootsIn(client, "b") == last && rootsIn(client, "c") == last
 	})
@@ -115,7 +117,7 @@ func TestRunNamespaceSelector(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRun(t, p)
-	eventually(t, "ConfigMap in the selected namespace, other one skipped", func() bool {
+	testwait.Eventually(t, "ConfigMap in the selected namespace, other one skipped", func() bool {
 		return rootsIn(client, "on") != "" && rec.count(ResultSkipped) > 0
 	})
 	if rootsIn(client, "off") != "" {
@@ -125,7 +127,7 @@ func TestRunNamespaceSelector(t *testing.T) {
 		namespace("off", map[string]string{"mesh": "on"}), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "ConfigMap once the namespace is selected", func() bool { return rootsIn(client, "off") != "" })
+	testwait.Eventually(t, "ConfigMap once the namespace is selected", func() bool { return rootsIn(client, "off") != "" })
 }
 
 func TestRunFailsFast(t *testing.T) {
@@ -182,7 +184,7 @@ func TestRunTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRun(t, p)
-	eventually(t, "Run to start", func() bool { return p.running.Load() })
+	testwait.Eventually(t, "Run to start", func() bool { return p.running.Load() })
 	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second Run = %v, want already running", err)
 	}

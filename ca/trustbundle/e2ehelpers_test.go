@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	certv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -68,22 +70,6 @@ func bundleMismatch(b *certv1.ClusterTrustBundle, err error, signer string, root
 // as that user, once the apiserver applies the binding.
 func grantPublisher(t *testing.T, cp *controlplane.ControlPlane, user string, signers ...string) kubernetes.Interface {
 	t.Helper()
-	bindClusterRole(t, cp.Client(), user, signers)
-	client, err := kubernetes.NewForConfig(cp.ImpersonatedConfig(user))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eventually(t, "RBAC for "+user, func() bool {
-		ok, err := allowed(t.Context(), client, "delete", "clustertrustbundles", "")
-		return err == nil && ok
-	})
-	return client
-}
-
-// bindClusterRole creates ClusterRole and ClusterRoleBinding user, giving
-// user the documented verbs on clustertrustbundles and attest on signers.
-func bindClusterRole(t *testing.T, admin kubernetes.Interface, user string, signers []string) {
-	t.Helper()
 	rules := []rbacv1.PolicyRule{{
 		APIGroups: []string{certificatesGroup},
 		Resources: []string{"clustertrustbundles"},
@@ -93,17 +79,17 @@ func bindClusterRole(t *testing.T, admin kubernetes.Interface, user string, sign
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{certificatesGroup},
 			Resources: []string{"signers"}, Verbs: []string{"attest"}, ResourceNames: signers})
 	}
-	rbac := admin.RbacV1()
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: user}, Rules: rules}
-	if _, err := rbac.ClusterRoles().Create(t.Context(), role, metav1.CreateOptions{}); err != nil {
+	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
+	if err := cp.BindClusterRole(t.Context(), user, rules, subject); err != nil {
 		t.Fatal(err)
 	}
-	binding := &rbacv1.ClusterRoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: user},
-		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: user},
-		Subjects:   []rbacv1.Subject{{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}},
-	}
-	if _, err := rbac.ClusterRoleBindings().Create(t.Context(), binding, metav1.CreateOptions{}); err != nil {
+	client, err := kubernetes.NewForConfig(cp.ImpersonatedConfig(user))
+	if err != nil {
 		t.Fatal(err)
 	}
+	testwait.Eventually(t, "RBAC for "+user, func() bool {
+		ok, err := allowed(t.Context(), client, "delete", "clustertrustbundles", "")
+		return err == nil && ok
+	})
+	return client
 }

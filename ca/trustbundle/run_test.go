@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
@@ -18,18 +20,6 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 )
-
-// eventually polls cond until it holds or 10s pass.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
 
 // fakeCluster returns a fake clientset that serves ClusterTrustBundles in
 // the given versions and answers access reviews with allow.
@@ -74,20 +64,20 @@ func TestRun(t *testing.T) {
 	startRun(t, p)
 
 	first := hashedName(mustContent(t, roots[0]))
-	eventually(t, "first bundle, seen by the informer", func() bool {
+	testwait.Eventually(t, "first bundle, seen by the informer", func() bool {
 		return exists(client, first) && rec.count(ResultUnchanged) > 0
 	})
 
 	rs.Set(roots[0], roots[1])
 	p.Trigger()
 	both := hashedName(mustContent(t, roots...))
-	eventually(t, "rotation bundle replacing the first", func() bool {
+	testwait.Eventually(t, "rotation bundle replacing the first", func() bool {
 		return exists(client, both) && !exists(client, first)
 	})
 
 	rs.Set(roots[1])
 	last := hashedName(mustContent(t, roots[1]))
-	eventually(t, "resync to publish new roots without a trigger", func() bool {
+	testwait.Eventually(t, "resync to publish new roots without a trigger", func() bool {
 		fc.Step(DefaultResyncPeriod)
 		return exists(client, last) && !exists(client, both)
 	})
@@ -95,7 +85,7 @@ func TestRun(t *testing.T) {
 	if err := client.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), last, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "deleted bundle re-created", func() bool { return exists(client, last) })
+	testwait.Eventually(t, "deleted bundle re-created", func() bool { return exists(client, last) })
 	if n := rec.count(ResultError); n != 0 {
 		t.Errorf("%d reconciles failed", n)
 	}
@@ -110,7 +100,7 @@ func TestRunFallsBackToV1beta1(t *testing.T) {
 	}
 	startRun(t, p)
 	name := hashedName(mustContent(t, roots...))
-	eventually(t, "v1beta1 bundle", func() bool {
+	testwait.Eventually(t, "v1beta1 bundle", func() bool {
 		b, err := client.CertificatesV1beta1().ClusterTrustBundles().Get(context.Background(), name, metav1.GetOptions{})
 		return err == nil && b.Spec.SignerName == DefaultSignerName && b.Labels[LabelManagedBy] == ManagedBy
 	})
@@ -171,7 +161,7 @@ func TestRunTwice(t *testing.T) {
 		t.Fatal(err)
 	}
 	startRun(t, p)
-	eventually(t, "Run to start", func() bool { return p.running.Load() })
+	testwait.Eventually(t, "Run to start", func() bool { return p.running.Load() })
 	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second Run = %v, want already running", err)
 	}

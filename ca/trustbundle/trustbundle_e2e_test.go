@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 
@@ -234,9 +236,9 @@ func TestE2EV1beta1(t *testing.T) {
 		b, err := bundles.Get(t.Context(), name, metav1.GetOptions{})
 		return err == nil && b.Spec.SignerName == DefaultSignerName && hasLabels(b.Labels, ownLabels(testTD))
 	}
-	eventually(t, "v1beta1 bundle "+name, present)
+	testwait.Eventually(t, "v1beta1 bundle "+name, present)
 	if err := bundles.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "v1beta1 bundle re-created", present)
+	testwait.Eventually(t, "v1beta1 bundle re-created", present)
 }

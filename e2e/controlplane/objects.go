@@ -6,6 +6,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -73,4 +74,23 @@ func (c *ControlPlane) PodToken(ctx context.Context, ns, sa string, pod *corev1.
 		return "", fmt.Errorf("token for %s/%s bound to pod %s: %w", ns, sa, pod.Name, err)
 	}
 	return resp.Status.Token, nil
+}
+
+// BindClusterRole creates ClusterRole name with rules and
+// ClusterRoleBinding name granting it to subject.
+func (c *ControlPlane) BindClusterRole(ctx context.Context, name string, rules []rbacv1.PolicyRule, subject rbacv1.Subject) error {
+	rbac := c.client.RbacV1()
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: rules}
+	if _, err := rbac.ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ClusterRole %s: %w", name, err)
+	}
+	binding := &rbacv1.ClusterRoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
+		Subjects:   []rbacv1.Subject{subject},
+	}
+	if _, err := rbac.ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
+		return fmt.Errorf("create ClusterRoleBinding %s: %w", name, err)
+	}
+	return nil
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testwait"
+
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
 )
@@ -52,16 +54,16 @@ func TestRun(t *testing.T) {
 	go func() { l.Run(ctx); close(done) }()
 
 	t.Run("every key at start, failures retried until they succeed", func(t *testing.T) {
-		waitFor(t, func() bool { return rec.count("a") == 1 && rec.count("b") == 3 })
+		testwait.Eventually(t, "a once, b after two retries", func() bool { return rec.count("a") == 1 && rec.count("b") == 3 })
 	})
 	t.Run("every key again on resync", func(t *testing.T) {
-		waitFor(t, clk.HasWaiters)
+		testwait.Eventually(t, "the resync ticker", clk.HasWaiters)
 		clk.Step(time.Minute)
-		waitFor(t, func() bool { return rec.count("a") == 2 && rec.count("b") == 4 })
+		testwait.Eventually(t, "every key again", func() bool { return rec.count("a") == 2 && rec.count("b") == 4 })
 	})
 	t.Run("keys added to the queue", func(t *testing.T) {
 		l.Queue.Add("c")
-		waitFor(t, func() bool { return rec.count("c") == 1 })
+		testwait.Eventually(t, "the added key", func() bool { return rec.count("c") == 1 })
 	})
 	t.Run("returns when ctx ends, queue shut down", func(t *testing.T) {
 		cancel()
@@ -74,15 +76,4 @@ func TestRun(t *testing.T) {
 			t.Error("queue not shut down")
 		}
 	})
-}
-
-func waitFor(t *testing.T, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatal("condition not reached in 10s")
-		}
-		time.Sleep(time.Millisecond)
-	}
 }
