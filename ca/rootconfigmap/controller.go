@@ -142,19 +142,11 @@ func namespaceOf(obj any) (string, bool) {
 	return ns, true
 }
 
-// run runs the informers and reconciles until ctx ends.
-func (r *run) run(ctx context.Context) {
-	loop := keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.namespaces.ListKeys,
+// loop is the run's controller loop: its informers, and every namespace
+// the cache knows as the keys (reconcile skips those not selected).
+func (r *run) loop() *keyloop.Loop {
+	return &keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.namespaces.ListKeys,
 		Reconcile: r.sync, Clock: r.p.clock, Resync: r.p.resync}
-	loop.Run(ctx)
-}
-
-// enqueueAll queues every namespace the cache knows; reconcile skips those
-// not selected.
-func (r *run) enqueueAll() {
-	for _, ns := range r.namespaces.ListKeys() {
-		r.queue.Add(ns)
-	}
 }
 
 // sync reconciles one namespace, reports the result, and logs a failure

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -15,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
 // DefaultResyncPeriod is how often Run reconciles without a trigger.
@@ -55,8 +56,7 @@ type Publisher struct {
 	resync   time.Duration
 
 	running atomic.Bool
-	mu      sync.Mutex
-	active  *run // set while Run runs
+	active  keyloop.Current
 }
 
 // New checks cfg and returns a Publisher; Run starts it.
@@ -121,28 +121,13 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err := checkAccess(ctx, p.client); err != nil {
 		return err
 	}
-	r := newRun(p)
-	p.setActive(r)
-	defer p.setActive(nil)
 	p.log.InfoContext(ctx, "publishing roots as ConfigMaps",
 		"configMap", ConfigMapName, "namespaceSelector", p.selector.String())
-	r.run(ctx)
+	p.active.Run(ctx, newRun(p).loop())
 	return nil
 }
 
 // Trigger asks for a reconcile of every namespace, e.g. after the roots
 // changed. It does not block, and does nothing unless Run is running (Run
 // reconciles everything when it starts).
-func (p *Publisher) Trigger() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.active != nil {
-		p.active.enqueueAll()
-	}
-}
-
-func (p *Publisher) setActive(r *run) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.active = r
-}
+func (p *Publisher) Trigger() { p.active.EnqueueAll() }

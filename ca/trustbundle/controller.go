@@ -66,11 +66,11 @@ func enqueueOn(q workqueue.TypedInterface[string], signer string) cache.Resource
 	}
 }
 
-// run runs the informers and reconciles until ctx ends.
-func (r *run) run(ctx context.Context) {
-	loop := keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.p.signers,
+// loop is the run's controller loop: its informers, and every signer as
+// the keys.
+func (r *run) loop() *keyloop.Loop {
+	return &keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.p.signers,
 		Reconcile: r.sync, Clock: r.p.clock, Resync: r.p.resync}
-	loop.Run(ctx)
 }
 
 // sync reconciles one signer, reports the result, and logs a failure

@@ -7,15 +7,15 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
 // DefaultResyncPeriod is how often Run reconciles without a trigger.
@@ -57,8 +57,7 @@ type Publisher struct {
 	resync  time.Duration
 
 	running atomic.Bool
-	mu      sync.Mutex
-	queue   workqueue.TypedRateLimitingInterface[string] // set while Run runs
+	active  keyloop.Current
 }
 
 // New checks cfg and returns a Publisher; Run starts it.
@@ -138,37 +137,16 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err := checkAccess(ctx, p.client, p.signers()); err != nil {
 		return err
 	}
-	r := newRun(p, api)
-	p.setQueue(r.queue)
-	defer p.setQueue(nil)
 	p.log.InfoContext(ctx, "publishing roots as ClusterTrustBundles",
 		"apiVersion", api.version, "signers", p.signers())
-	r.run(ctx)
+	p.active.Run(ctx, newRun(p, api).loop())
 	return nil
 }
 
 // Trigger asks for a reconcile of every bundle, e.g. after the roots
 // changed. It does not block, and does nothing unless Run is running (Run
 // reconciles everything when it starts).
-func (p *Publisher) Trigger() {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.queue != nil {
-		p.enqueueAll(p.queue)
-	}
-}
-
-func (p *Publisher) enqueueAll(q workqueue.TypedInterface[string]) {
-	for signer := range p.targets {
-		q.Add(signer)
-	}
-}
-
-func (p *Publisher) setQueue(q workqueue.TypedRateLimitingInterface[string]) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	p.queue = q
-}
+func (p *Publisher) Trigger() { p.active.EnqueueAll() }
 
 func (p *Publisher) signers() []string {
 	out := make([]string, 0, len(p.targets))

@@ -46,7 +46,7 @@ func (l *Loop) Run(ctx context.Context) {
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return
 	}
-	l.enqueueAll()
+	l.EnqueueAll()
 	wg.Go(func() { l.resyncLoop(ctx) })
 	wg.Go(func() {
 		for l.processNext(ctx) {
@@ -55,10 +55,43 @@ func (l *Loop) Run(ctx context.Context) {
 	<-ctx.Done()
 }
 
-func (l *Loop) enqueueAll() {
+// EnqueueAll asks for a reconcile of every key. Keys added before the
+// caches have synced wait for the worker; after Run has returned they are
+// dropped.
+func (l *Loop) EnqueueAll() {
 	for _, k := range l.Keys() {
 		l.Queue.Add(k)
 	}
+}
+
+// Current holds the Loop that is running, if any, so that others (a
+// publisher's Trigger) can ask it to reconcile every key.
+type Current struct {
+	mu   sync.Mutex
+	loop *Loop
+}
+
+// Run runs l as the current loop until ctx ends.
+func (c *Current) Run(ctx context.Context, l *Loop) {
+	c.set(l)
+	defer c.set(nil)
+	l.Run(ctx)
+}
+
+// EnqueueAll asks the current loop to reconcile every key; it does
+// nothing when no loop runs (a loop reconciles every key when it starts).
+func (c *Current) EnqueueAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.loop != nil {
+		c.loop.EnqueueAll()
+	}
+}
+
+func (c *Current) set(l *Loop) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.loop = l
 }
 
 func (l *Loop) resyncLoop(ctx context.Context) {
@@ -69,7 +102,7 @@ func (l *Loop) resyncLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C():
-			l.enqueueAll()
+			l.EnqueueAll()
 		}
 	}
 }

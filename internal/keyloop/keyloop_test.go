@@ -49,9 +49,11 @@ func TestRun(t *testing.T) {
 	rec := &recorder{calls: map[string]int{}, fail: map[string]int{"b": 2}}
 	clk := clocktesting.NewFakeClock(time.Now())
 	l := newLoop(rec, clk)
+	var cur Current
+	cur.EnqueueAll() // no loop yet: nothing to do
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
-	go func() { l.Run(ctx); close(done) }()
+	go func() { cur.Run(ctx, l); close(done) }()
 
 	t.Run("every key at start, failures retried until they succeed", func(t *testing.T) {
 		testwait.Eventually(t, "a once, b after two retries", func() bool { return rec.count("a") == 1 && rec.count("b") == 3 })
@@ -64,6 +66,10 @@ func TestRun(t *testing.T) {
 	t.Run("keys added to the queue", func(t *testing.T) {
 		l.Queue.Add("c")
 		testwait.Eventually(t, "the added key", func() bool { return rec.count("c") == 1 })
+	})
+	t.Run("every key again when asked through Current", func(t *testing.T) {
+		cur.EnqueueAll()
+		testwait.Eventually(t, "every key a third time", func() bool { return rec.count("a") == 3 && rec.count("b") == 5 })
 	})
 	t.Run("returns when ctx ends, queue shut down", func(t *testing.T) {
 		cancel()
