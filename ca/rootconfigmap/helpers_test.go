@@ -41,30 +41,6 @@ func namespace(name string, labels map[string]string) *corev1.Namespace {
 	}
 }
 
-// recorder is an Observer that keeps every result.
-type recorder struct {
-	mu      sync.Mutex
-	results []string
-}
-
-func (r *recorder) Published(result string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.results = append(r.results, result)
-}
-
-func (r *recorder) count(result string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, s := range r.results {
-		if s == result {
-			n++
-		}
-	}
-	return n
-}
-
 // startRun runs p in the background until stop is called or the test
 // ends; Run must then return nil.
 func startRun(t *testing.T, p *Publisher) (stop func()) {

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testobs"
+
 	"github.com/workload-ca/workload-ca/internal/testwait"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -38,7 +40,7 @@ func TestE2E(t *testing.T) {
 	roots := testca.RootCerts(t, 3)
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
-	rec := &recorder{}
+	rec := &testobs.Results{}
 	user := servicePublisher(t, cp, "rootconfigmap-publisher", documentedRules())
 	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: testlog.New(t)})
 	if err != nil {
@@ -81,7 +83,7 @@ func TestE2E(t *testing.T) {
 			testTerminating(t, admin, rec)
 		}},
 		{"no failed reconciles", func(t *testing.T) {
-			if n := rec.count(ResultError); n != 0 {
+			if n := rec.Count(ResultError); n != 0 {
 				t.Errorf("%d reconciles failed", n)
 			}
 			stop()
@@ -139,7 +141,7 @@ func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Cert
 // testTerminating deletes namespace gamma, which stays Terminating (no
 // namespace controller runs here), then its ConfigMap: the publisher sees
 // the event, skips the namespace, and does not re-create it.
-func testTerminating(t *testing.T, admin kubernetes.Interface, rec *recorder) {
+func testTerminating(t *testing.T, admin kubernetes.Interface, rec *testobs.Results) {
 	if err := admin.CoreV1().Namespaces().Delete(t.Context(), "gamma", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -147,11 +149,11 @@ func testTerminating(t *testing.T, admin kubernetes.Interface, rec *recorder) {
 	if err != nil || ns.Status.Phase != corev1.NamespaceTerminating {
 		t.Fatalf("namespace gamma = %v, %v; want it Terminating", ns, err)
 	}
-	skipped := rec.count(ResultSkipped)
+	skipped := rec.Count(ResultSkipped)
 	if err := admin.CoreV1().ConfigMaps("gamma").Delete(t.Context(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "gamma skipped", func() bool { return rec.count(ResultSkipped) > skipped })
+	testwait.Eventually(t, "gamma skipped", func() bool { return rec.Count(ResultSkipped) > skipped })
 	_, err = admin.CoreV1().ConfigMaps("gamma").Get(t.Context(), ConfigMapName, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("ConfigMap in terminating namespace: %v; want NotFound", err)

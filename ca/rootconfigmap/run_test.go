@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testobs"
+
 	"github.com/workload-ca/workload-ca/internal/testwait"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -57,7 +59,7 @@ func TestRun(t *testing.T) {
 	client := fakeCluster(allowAll, namespace("a", nil), namespace("b", nil))
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
-	rec := &recorder{}
+	rec := &testobs.Results{}
 	fc := testclock.NewFakeClock(time.Now())
 	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
 	if err != nil {
@@ -100,7 +102,7 @@ func TestRun(t *testing.T) {
 		fc.Step(DefaultResyncPeriod)
 		return rootsIn(client, "a") == last && rootsIn(client, "b") == last && rootsIn(client, "c") == last
 	})
-	if n := rec.count(ResultError); n != 0 {
+	if n := rec.Count(ResultError); n != 0 {
 		t.Errorf("%d reconciles failed", n)
 	}
 }
@@ -110,7 +112,7 @@ func TestRun(t *testing.T) {
 func TestRunNamespaceSelector(t *testing.T) {
 	roots := testca.RootCerts(t, 1)
 	client := fakeCluster(allowAll, namespace("on", map[string]string{"mesh": "on"}), namespace("off", nil))
-	rec := &recorder{}
+	rec := &testobs.Results{}
 	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots },
 		NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Observer: rec, Logger: testlog.New(t)})
 	if err != nil {
@@ -118,7 +120,7 @@ func TestRunNamespaceSelector(t *testing.T) {
 	}
 	startRun(t, p)
 	testwait.Eventually(t, "ConfigMap in the selected namespace, other one skipped", func() bool {
-		return rootsIn(client, "on") != "" && rec.count(ResultSkipped) > 0
+		return rootsIn(client, "on") != "" && rec.Count(ResultSkipped) > 0
 	})
 	if rootsIn(client, "off") != "" {
 		t.Fatal("ConfigMap published in a namespace not selected")

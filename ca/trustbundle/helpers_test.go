@@ -3,7 +3,6 @@ package trustbundle
 import (
 	"context"
 	"crypto/x509"
-	"sync"
 	"testing"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -34,30 +33,6 @@ func bundle(name, signer, content string, labels map[string]string) *certv1.Clus
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: content},
 	}
-}
-
-// recorder is an Observer that keeps every result.
-type recorder struct {
-	mu      sync.Mutex
-	results []string
-}
-
-func (r *recorder) Published(result string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.results = append(r.results, result)
-}
-
-func (r *recorder) count(result string) int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	n := 0
-	for _, s := range r.results {
-		if s == result {
-			n++
-		}
-	}
-	return n
 }
 
 // startRun runs p in the background until the test ends; Run must then

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/testobs"
+
 	"github.com/workload-ca/workload-ca/internal/testwait"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -54,7 +56,7 @@ func TestRun(t *testing.T) {
 	client := fakeCluster(allowAll, "v1", "v1beta1")
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
-	rec := &recorder{}
+	rec := &testobs.Results{}
 	fc := testclock.NewFakeClock(time.Now())
 	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
 	if err != nil {
@@ -65,7 +67,7 @@ func TestRun(t *testing.T) {
 
 	first := hashedName(mustContent(t, roots[0]))
 	testwait.Eventually(t, "first bundle, seen by the informer", func() bool {
-		return exists(client, first) && rec.count(ResultUnchanged) > 0
+		return exists(client, first) && rec.Count(ResultUnchanged) > 0
 	})
 
 	rs.Set(roots[0], roots[1])
@@ -86,7 +88,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, "deleted bundle re-created", func() bool { return exists(client, last) })
-	if n := rec.count(ResultError); n != 0 {
+	if n := rec.Count(ResultError); n != 0 {
 		t.Errorf("%d reconciles failed", n)
 	}
 }

@@ -1,0 +1,32 @@
+// Package testobs records in tests what the publishers tell their
+// Observer.
+package testobs
+
+import "sync"
+
+// Results is an Observer of trustbundle and rootconfigmap that keeps
+// every result it is told. Safe for concurrent use.
+type Results struct {
+	mu      sync.Mutex
+	results []string
+}
+
+// Published records result.
+func (r *Results) Published(result string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.results = append(r.results, result)
+}
+
+// Count returns how many times result was recorded.
+func (r *Results) Count(result string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, s := range r.results {
+		if s == result {
+			n++
+		}
+	}
+	return n
+}
