@@ -21,6 +21,7 @@ func TestMetrics(t *testing.T) {
 	m.CacheLookup(true)
 	m.CacheLookup(false)
 	m.Published("created")
+	m.RootConfigMaps().Published("updated")
 	m.Rotated("prepare")
 	m.SetLeader(true)
 	root := &x509.Certificate{NotAfter: time.Unix(2000000000, 0)}
@@ -53,6 +54,9 @@ workload_ca_podindex_pods 7
 # TYPE workload_ca_tokenreview_cache_lookups_total counter
 workload_ca_tokenreview_cache_lookups_total{result="hit"} 1
 workload_ca_tokenreview_cache_lookups_total{result="miss"} 1
+# HELP workload_ca_root_configmap_publish_total Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, unchanged, skipped, requeued, error).
+# TYPE workload_ca_root_configmap_publish_total counter
+workload_ca_root_configmap_publish_total{result="updated"} 1
 # HELP workload_ca_leader 1 while this replica holds the leader lease.
 # TYPE workload_ca_leader gauge
 workload_ca_leader 1
@@ -62,7 +66,7 @@ citadel_server_authentication_failure_count 1
 `
 	names := []string{"workload_ca_certificate_requests_total", "workload_ca_ca_cert_expiry_timestamp_seconds",
 		"workload_ca_rotation_phase", "workload_ca_podindex_pods", "workload_ca_tokenreview_cache_lookups_total",
-		"workload_ca_leader", "citadel_server_authentication_failure_count"}
+		"workload_ca_root_configmap_publish_total", "workload_ca_leader", "citadel_server_authentication_failure_count"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)
 	}
