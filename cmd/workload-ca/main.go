@@ -10,8 +10,9 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
 	"syscall"
+
+	"github.com/workload-ca/workload-ca/internal/gcdefault"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -29,7 +30,7 @@ Run "workload-ca <command> -h" for the flags of a command.
 `
 
 func main() {
-	defaultGC()
+	gcdefault.Set()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
@@ -69,21 +70,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	default:
 		fmt.Fprintln(stderr, "workload-ca:", err)
 		return 1
-	}
-}
-
-// defaultGC runs the garbage collector a fifth as often as Go's default
-// unless GOGC is set: the CA's live heap is small (5 MiB serving a few
-// thousand certificates per second, tens of MiB with a pod index of 150,000
-// pods) while its hot path allocates ~30 KB per certificate: at GOGC 200 it
-// collected 8 times a second at 2,500 certificates per second. Each cycle
-// scans every request's stack and shrinks the idle ones, which then grow
-// again. The heap may
-// reach five times the live heap; GOMEMLIMIT (the Helm chart sets it from
-// the memory limit) makes the collector work harder before the limit.
-func defaultGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(400)
 	}
 }
 

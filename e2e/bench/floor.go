@@ -6,7 +6,6 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"fmt"
-	"os"
 	"runtime"
 	"runtime/debug"
 	"syscall"
@@ -17,6 +16,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/gcdefault"
 )
 
 var trustDomain = spiffeid.RequireTrustDomainFromString("cluster.local")
@@ -40,11 +40,10 @@ const floorCSRs = 64
 // threads counts, and other processes on a busy machine do not) and per
 // second of wall time.
 func measureFloor(keyType string, d time.Duration) (floorResult, error) {
-	// The same GC setting as `workload-ca serve` (GOGC 400 unless set, see
-	// cmd/workload-ca/main.go), so floor and server are compared like with
-	// like.
-	if _, set := os.LookupEnv("GOGC"); !set {
-		defer debug.SetGCPercent(debug.SetGCPercent(400))
+	// The same GC setting as `workload-ca serve`, so floor and server are
+	// compared like with like.
+	if previous, changed := gcdefault.Set(); changed {
+		defer debug.SetGCPercent(previous)
 	}
 	m, err := keystore.GenerateRoot(keystore.GenerateOptions{TrustDomain: trustDomain, KeyType: keyType}, time.Now())
 	if err != nil {
