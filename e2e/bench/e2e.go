@@ -99,7 +99,7 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	cmd := exec.CommandContext(ctx, b.opts.binary, args...)
 	var stdout bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, prefixWriter{w: b.log, prefix: "  | "}
-	cmd.Env = childEnv()
+	cmd.Env = cahost.ChildEnv()
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
@@ -121,18 +121,6 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 		return r, fmt.Errorf("workload-ca loadtest: %w", runErr)
 	}
 	return r, nil
-}
-
-// childEnv is our environment without WORKLOAD_CA_* variables, which the
-// binary would read as flag values.
-func childEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		if len(kv) < 12 || kv[:12] != "WORKLOAD_CA_" {
-			env = append(env, kv)
-		}
-	}
-	return env
 }
 
 // prefixWriter prefixes every write (the load generator writes whole

@@ -235,7 +235,7 @@ func (c *CA) start(ctx context.Context) error {
 		out = io.MultiWriter(c.logFile, c.opts.Log)
 	}
 	began := time.Now()
-	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, childEnv(), out, out); err != nil {
+	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, ChildEnv(), out, out); err != nil {
 		return err
 	}
 	if err := c.waitServing(ctx, logStart); err != nil {
@@ -349,9 +349,10 @@ func (c *CA) healthy(ctx context.Context) error {
 	return nil
 }
 
-// childEnv is our environment without WORKLOAD_CA_* variables, which the
-// binary would read as flag values: the command lines here say it all.
-func childEnv() []string {
+// ChildEnv is our environment without WORKLOAD_CA_* variables, which the
+// binary would read as flag values: the command lines say it all. Use it
+// for every workload-ca process a test or benchmark starts.
+func ChildEnv() []string {
 	var env []string
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "WORKLOAD_CA_") {

@@ -107,7 +107,7 @@ func (c *CA) Request(ctx context.Context, r RequestArgs) (Result, error) {
 	// Pdeathsig (see e2e/internal/proc), so a killed test binary leaves
 	// it running for at most --timeout.
 	cmd := exec.CommandContext(ctx, c.opts.Binary, args...)
-	cmd.Env = childEnv()
+	cmd.Env = ChildEnv()
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	if err := cmd.Run(); err != nil {
