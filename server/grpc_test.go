@@ -316,6 +316,9 @@ func TestAuditRecordsAndObserver(t *testing.T) {
 	if issued["not_after"] == nil {
 		t.Error("issued record has no not_after")
 	}
+	if issued["time"] == nil || issued["level"] != "INFO" || issued["msg"] != "certificate issued" || denied["level"] != "WARN" {
+		t.Errorf("records' time, level or message: %v, %v", issued, denied)
+	}
 	if denied["decision"] != "denied" || denied["reason"] != "identity-not-on-node" || denied["requested"] != db.String() {
 		t.Errorf("denied record = %v", denied)
 	}

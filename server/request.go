@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"google.golang.org/grpc/metadata"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -86,12 +85,12 @@ const ClusterIDKey = "clusterid"
 // checkClusterID refuses a request whose clusterid header names a cluster
 // other than want, as istiod does: its token was issued by another
 // cluster's API server, which ours cannot review. An absent header, or an
-// empty want, accepts the request.
-func checkClusterID(md metadata.MD, want string) error {
+// empty want, accepts the request. values are the header's values.
+func checkClusterID(values []string, want string) error {
 	if want == "" {
 		return nil
 	}
-	for _, v := range md.Get(ClusterIDKey) {
+	for _, v := range values {
 		if v != want {
 			return fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, v, want)
 		}
@@ -103,10 +102,11 @@ func checkClusterID(md metadata.MD, want string) error {
 // around 1 KiB.
 const maxTokenSize = 16 << 10
 
-// bearerToken returns the first `authorization: Bearer <token>` value.
-func bearerToken(md metadata.MD) (string, error) {
+// bearerToken returns the token of the first `Bearer <token>` value of
+// the authorization header.
+func bearerToken(values []string) (string, error) {
 	const prefix = "bearer "
-	for _, v := range md.Get("authorization") {
+	for _, v := range values {
 		if len(v) > len(prefix) && strings.EqualFold(v[:len(prefix)], prefix) {
 			token := strings.TrimSpace(v[len(prefix):])
 			if token == "" || len(token) > maxTokenSize {

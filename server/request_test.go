@@ -81,7 +81,7 @@ func TestBearerToken(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := bearerToken(tt.md)
+			got, err := bearerToken(tt.md.Get("authorization"))
 			if tt.want == "" {
 				if !errors.Is(err, authz.ErrUnauthenticated) {
 					t.Fatalf("bearerToken() = %q, %v; want unauthenticated", got, err)
@@ -136,7 +136,7 @@ func TestCheckClusterID(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkClusterID(tt.md, tt.want)
+			err := checkClusterID(tt.md.Get(ClusterIDKey), tt.want)
 			if tt.refuse != (err != nil) || (err != nil && !errors.Is(err, authz.ErrUnauthenticated)) {
 				t.Fatalf("checkClusterID() = %v, want refused %v (unauthenticated)", err, tt.refuse)
 			}

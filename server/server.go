@@ -135,11 +135,10 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if err := s.ready(); err != nil {
 		return errors.Join(errNotReady, err)
 	}
-	md, _ := metadata.FromIncomingContext(ctx)
-	if err := checkClusterID(md, s.clusterID); err != nil {
+	if err := checkClusterID(metadata.ValueFromIncomingContext(ctx, ClusterIDKey), s.clusterID); err != nil {
 		return err
 	}
-	token, err := bearerToken(md)
+	token, err := bearerToken(metadata.ValueFromIncomingContext(ctx, "authorization"))
 	if err != nil {
 		return err
 	}
@@ -180,14 +179,27 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 			attrs = append(attrs, slog.String("reason", string(o.reason)))
 		}
 		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
-		s.audit.LogAttrs(ctx, levelFor(o), "certificate request refused", attrs...)
+		s.writeAudit(ctx, levelFor(o), "certificate request refused", attrs)
 		return
 	}
 	attrs = append(attrs,
 		slog.String("identity", d.granted.String()),
 		slog.String("serial", d.issued.Cert.SerialNumber.Text(16)),
 		slog.Time("not_after", d.issued.Cert.NotAfter))
-	s.audit.LogAttrs(ctx, slog.LevelInfo, "certificate issued", attrs...)
+	s.writeAudit(ctx, slog.LevelInfo, "certificate issued", attrs)
+}
+
+// writeAudit hands one record to the audit handler. Unlike Logger.LogAttrs
+// it does not capture the caller's program counter (a stack walk per
+// certificate): the record's source is always this function.
+func (s *Service) writeAudit(ctx context.Context, level slog.Level, msg string, attrs []slog.Attr) {
+	h := s.audit.Handler()
+	if !h.Enabled(ctx, level) {
+		return
+	}
+	r := slog.NewRecord(s.clock.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	_ = h.Handle(ctx, r)
 }
 
 type nopObserver struct{}
