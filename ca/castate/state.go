@@ -143,15 +143,16 @@ func (s State) fitsRoots(roots []*x509.Certificate) error {
 		}
 	}
 	for i, a := range s.Authorities {
-		if !slices.ContainsFunc(roots, func(r *x509.Certificate) bool { return issued(r, a.Cert) }) {
+		if !slices.ContainsFunc(roots, func(r *x509.Certificate) bool { return IssuedBy(r, a.Cert) }) {
 			return invalid("authority %d: %s is issued by none of the %d external roots", i, describe(a.Cert), len(roots))
 		}
 	}
 	return nil
 }
 
-// issued reports whether c was issued by r: names and signature.
-func issued(r, c *x509.Certificate) bool {
+// IssuedBy reports whether root r issued certificate c: c names r as its
+// issuer and r's key signed it.
+func IssuedBy(r, c *x509.Certificate) bool {
 	return bytes.Equal(c.RawIssuer, r.RawSubject) && c.CheckSignatureFrom(r) == nil
 }
 
@@ -213,7 +214,7 @@ func (a Authority) validate(k Kind) error {
 		return errors.New("missing certificate or key")
 	}
 	c := a.Cert
-	switch selfSigned := issued(c, c); {
+	switch selfSigned := IssuedBy(c, c); {
 	case !c.BasicConstraintsValid || !c.IsCA:
 		return fmt.Errorf("%s is not a CA certificate", describe(c))
 	case c.KeyUsage&x509.KeyUsageCertSign == 0:

@@ -57,12 +57,16 @@
 // refuses a state whose intermediates the roots no longer issued).
 //
 // Rolling the plug-in root is the operator's: add the new root to the
-// bundle (root-cert.pem, after the signing root) and wait for every
-// verifier to learn it; then make it the signing root (first in
-// root-cert.pem, its key in root-key.pem) and restart the CA, so that the
-// next intermediate is issued by it; once no intermediate of the old root
-// is left in the state, remove the old root. Rotation does not hurry the
-// next intermediate when the root changes.
+// bundle (root-cert.pem, after the signing root), then make it the
+// signing root (first in root-cert.pem, its key in root-key.pem); every
+// replica reloads the directory. The rotator then moves to it without
+// waiting for the scheduled rotation (see PlanUnder): it prepares an
+// intermediate of the new root at once and activates it when the new
+// root has been in the bundle for PropagationDelay, as the caller
+// measures it (Config.Issuer; the CA counts from when its replica first
+// saw the root in the directory, so a restart counts again). Once no
+// intermediate of the old root is left in the state, the operator removes
+// the old root.
 //
 // # Limits
 //

@@ -31,6 +31,18 @@ const (
 	StepRemove Step = "remove"
 )
 
+// Issuer is the root that issues a state's next intermediate
+// (castate.KindIntermediates): the plug-in root, which its operator may
+// replace.
+type Issuer struct {
+	// Cert is the root that issues the next intermediate.
+	Cert *x509.Certificate
+	// TrustedFrom is when every verifier can be taken to hold Cert: when
+	// the CA first saw it in the trust bundle, plus the propagation delay
+	// of roots.
+	TrustedFrom time.Time
+}
+
 // Plan returns the next step for state s and when it is due; a step whose
 // time is not after now is due now. It is a pure function of its
 // arguments; p must be valid (see Policy.Validate). With the active root
@@ -55,8 +67,25 @@ const (
 // removal.
 //
 // For a state of intermediates (castate.KindIntermediates) PropagationDelay
-// is zero: see Policy.ForKind.
+// is zero: see Policy.ForKind. PlanUnder also follows a change of the root
+// that issues them.
 func Plan(s castate.State, now time.Time, p Policy) (Step, time.Time) {
+	return PlanUnder(s, now, p, Issuer{})
+}
+
+// PlanUnder is Plan for a state of intermediates whose next ones iss
+// issues (a zero iss, or a state of roots, is Plan). When the operator
+// replaces the plug-in root, the CA moves to it without waiting for the
+// scheduled rotation, and no sooner than every verifier trusts it:
+//
+//   - a prepared intermediate that iss did not issue is retired at once
+//     (StepRetireStart): it would activate under the old root;
+//   - if iss did not issue the active intermediate either, the next one
+//     is prepared at once, and activates at max(iss.TrustedFrom, its
+//     PreparedAt and NotBefore) instead of at the active one's scheduled
+//     hand-over (but as soon as it is valid if the active one has
+//     expired).
+func PlanUnder(s castate.State, now time.Time, p Policy, iss Issuer) (Step, time.Time) {
 	p = p.ForKind(s.Kind)
 	active, ok := find(s, castate.StatusActive)
 	if !ok {
@@ -68,9 +97,23 @@ func Plan(s castate.State, now time.Time, p Policy) (Step, time.Time) {
 			next = next.sooner(StepRemove, a.RetiringSince.Add(p.retireAfter()))
 		}
 	}
-	if prep, ok := find(s, castate.StatusPrepared); ok {
+	follow := iss.Cert != nil && s.Kind == castate.KindIntermediates
+	switching := follow && !castate.IssuedBy(iss.Cert, active.Cert)
+	prep, prepared := find(s, castate.StatusPrepared)
+	switch {
+	case prepared && follow && !castate.IssuedBy(iss.Cert, prep.Cert):
+		next = next.sooner(StepRetireStart, now)
+	case prepared && switching && now.Before(active.Cert.NotAfter):
+		step, at := planPrepared(active.Cert, prep, now, p)
+		if step == StepActivate {
+			at = later(later(prep.PreparedAt, prep.Cert.NotBefore), iss.TrustedFrom)
+		}
+		next = next.sooner(step, at)
+	case prepared:
 		next = next.sooner(planPrepared(active.Cert, prep, now, p))
-	} else {
+	case switching:
+		next = next.sooner(StepPrepare, now)
+	default:
 		next = next.sooner(StepPrepare, prepareTime(active.Cert, p))
 	}
 	return next.step, next.at

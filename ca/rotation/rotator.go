@@ -52,7 +52,10 @@ type Config struct {
 	// keystore.GenerateIntermediate.
 	Generate func(now time.Time) (*ca.Material, error)
 	// Policy's zero fields take the defaults; see Policy.
-	Policy   Policy
+	Policy Policy
+	// Issuer, if set, returns the root that issues the next intermediate
+	// (see PlanUnder); it is read at every plan.
+	Issuer   func() Issuer
 	Clock    clock.WithTicker
 	Logger   *slog.Logger
 	Observer Observer
@@ -64,6 +67,7 @@ type Rotator struct {
 	store    Store
 	generate func(time.Time) (*ca.Material, error)
 	policy   Policy
+	issuer   func() Issuer
 	clock    clock.WithTicker
 	log      *slog.Logger
 	obs      Observer
@@ -89,8 +93,11 @@ func New(cfg Config) (*Rotator, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.Issuer == nil {
+		cfg.Issuer = func() Issuer { return Issuer{} }
+	}
 	return &Rotator{
-		store: cfg.Store, generate: cfg.Generate, policy: p, clock: cfg.Clock,
+		store: cfg.Store, generate: cfg.Generate, policy: p, issuer: cfg.Issuer, clock: cfg.Clock,
 		log: cfg.Logger, obs: cfg.Observer, notify: make(chan struct{}, 1),
 	}, nil
 }
@@ -141,7 +148,7 @@ func (r *Rotator) Run(ctx context.Context) error {
 }
 
 func (r *Rotator) plan(s castate.State, now time.Time) (Step, time.Time) {
-	return Plan(s, now, r.policy)
+	return PlanUnder(s, now, r.policy, r.issuer())
 }
 
 // take applies the step due at now to the store's freshest state, if one
@@ -153,7 +160,7 @@ func (r *Rotator) take(ctx context.Context, now time.Time) (castate.State, error
 	)
 	err := r.store.Update(ctx, func(fresh castate.State) (castate.State, error) {
 		took, after = StepNone, fresh
-		step, at := Plan(fresh, now, r.policy)
+		step, at := r.plan(fresh, now)
 		if step == StepNone || at.After(now) {
 			return fresh, nil // taken already, by us or another leader
 		}
