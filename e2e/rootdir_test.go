@@ -6,6 +6,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"encoding/pem"
+	"errors"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -25,14 +26,18 @@ import (
 // the kubelet updates a Secret volume. A new signing root that keeps the
 // old one in the bundle is taken without a restart: the published bundle
 // and the answers' root bundle hold both roots, and certificates keep
-// verifying. A bundle that drops the root of the intermediate in use is
-// refused and logged, and nothing changes.
+// verifying. Once the new root has been in the bundle for the propagation
+// delay, and not before, leaves come from an intermediate of the new
+// root. A bundle that drops the root of an intermediate still in the
+// Secret is refused and logged, and nothing changes.
 func TestLifecyclePluginRootReload(t *testing.T) {
 	f := newLCFixture(t, "rootdir")
 	old, next := testca.NewRoot(t, testca.P256), testca.NewRoot(t, testca.P256)
 	vol := &volumeDir{dir: filepath.Join(f.dir, "root")}
 	vol.write(t, rootDirFiles(t, old))
-	ca := f.start(t, "--ca-root-dir", vol.dir, "--ca-dir-poll-interval", "200ms")
+	const propagation = 3 * time.Second
+	ca := f.start(t, "--ca-root-dir", vol.dir, "--ca-dir-poll-interval", "200ms",
+		"--rotation-propagation-delay", propagation.String())
 	pid := ca.Pid()
 
 	bundle := func(roots ...*x509.Certificate) (name, content string) {
@@ -46,7 +51,7 @@ func TestLifecyclePluginRootReload(t *testing.T) {
 	}
 	// Clients trust the published bundle, not the directory (which may
 	// already lack a root the CA still needs).
-	issuedUnder := func(roots ...*x509.Certificate) {
+	issuedUnder := func(roots ...*x509.Certificate) *caclient.Result {
 		t.Helper()
 		pool := x509.NewCertPool()
 		for _, r := range roots {
@@ -70,17 +75,46 @@ func TestLifecyclePluginRootReload(t *testing.T) {
 		if err := verifiesWith(res.Leaf, res.Chain, roots, time.Now()); err != nil {
 			t.Errorf("leaf does not verify: %v", err)
 		}
+		return res
+	}
+	// signedBy reports whether an intermediate of root signed res's leaf.
+	signedBy := func(res *caclient.Result, root *x509.Certificate) bool {
+		return len(res.Chain) == 1 && res.Chain[0].CheckSignatureFrom(root) == nil
 	}
 	name, content := bundle(old.Cert)
 	waitBundle(t, f, name, f.signer, content)
 	issuedUnder(old.Cert)
 
+	var changed time.Time
 	t.Run("a new signing root beside the old one is taken", func(t *testing.T) {
+		changed = time.Now()
 		vol.write(t, rootDirFiles(t, next, old))
 		name, content := bundle(old.Cert, next.Cert)
 		waitBundle(t, f, name, f.signer, content)
 		issuedUnder(old.Cert, next.Cert)
 	})
+	t.Run("the new root signs after the propagation delay", func(t *testing.T) {
+		var moved time.Time
+		err := pollUntil(t, lcWait, func() (bool, error) {
+			res := issuedUnder(old.Cert, next.Cert)
+			switch {
+			case signedBy(res, next.Cert):
+				moved = time.Now()
+				return true, nil
+			case !signedBy(res, old.Cert):
+				return false, errors.New("a leaf from an intermediate of neither root")
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("no leaf from an intermediate of the new root: %v", err)
+		}
+		// The CA cannot have seen the new root before it was written.
+		if d := moved.Sub(changed); d < propagation {
+			t.Errorf("the new root signed %v after it was written, before the %v propagation delay", d, propagation)
+		}
+	})
+	// The old root's intermediate is retiring now, still in the Secret.
 	t.Run("a bundle without the in-use root is refused", func(t *testing.T) {
 		vol.write(t, rootDirFiles(t, next))
 		err := pollUntil(t, lcWait, func() (bool, error) {

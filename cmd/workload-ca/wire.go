@@ -87,6 +87,11 @@ type app struct {
 	// pluginRoot is the root CA of --ca-root-dir (reloaded when the
 	// directory changes), which issues the intermediates; nil otherwise.
 	pluginRoot atomic.Pointer[ca.Material]
+	// pluginRootsSeen times the plug-in bundle's roots, for the move to a
+	// new signing root.
+	pluginRootsSeen rootsSeen
+	// rotator rotates the CA state of --ca-secret (on the leader).
+	rotator *rotation.Rotator
 	// caStore is the CA state Secret (--ca-secret).
 	caStore *castate.SecretStore
 	// extraChecks are readiness checks of the CA source.
@@ -179,12 +184,13 @@ func (a *app) loadCASecret(ctx context.Context) error {
 		return err
 	}
 	a.caStore = store
-	if err := a.watchRootDir(); err != nil {
+	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
+		Issuer: a.pluginIssuer(policy.PropagationDelay), Observer: a.metrics, Logger: a.log.With("component", "rotation")})
+	if err != nil {
 		return err
 	}
-	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
-		Observer: a.metrics, Logger: a.log.With("component", "rotation")})
-	if err != nil {
+	a.rotator = rot
+	if err := a.watchRootDir(); err != nil {
 		return err
 	}
 	a.onMaterial = append(a.onMaterial, rot.Notify)
@@ -211,11 +217,25 @@ func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material
 		return nil, err
 	}
 	a.pluginRoot.Store(root)
+	a.pluginRootsSeen.observe(root.Roots, time.Now())
 	a.log.Info("plug-in root loaded; signing with intermediates issued by it", "dir", a.cfg.CARootDir,
 		"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "roots", len(root.Roots))
 	return func(now time.Time) (*ca.Material, error) {
 		return keystore.GenerateIntermediate(a.pluginRoot.Load(), opts, now)
 	}, nil
+}
+
+// pluginIssuer returns, with --ca-root-dir, the current plug-in root for
+// the rotator and when it is trusted everywhere: delay after this process
+// first saw it in the bundle. Without --ca-root-dir it returns nil.
+func (a *app) pluginIssuer(delay time.Duration) func() rotation.Issuer {
+	if a.cfg.CARootDir == "" {
+		return nil
+	}
+	return func() rotation.Issuer {
+		root := a.pluginRoot.Load()
+		return rotation.Issuer{Cert: root.Cert, TrustedFrom: a.pluginRootsSeen.since(root.Cert, time.Now()).Add(delay)}
+	}
 }
 
 // externalRoots are the plug-in root's trust bundle, or nil for
@@ -243,7 +263,9 @@ func (a *app) watchRootDir() error {
 
 // setPluginRoot installs a changed plug-in root: its bundle becomes the
 // trust bundle (what the Secret's intermediates are checked against) and
-// it issues the intermediates minted from now on. Bundles that drop the
+// it issues the intermediates minted from now on; a new signing root takes
+// over once it has been in the bundle for the propagation delay (see
+// rotation.PlanUnder). Bundles that drop the
 // issuer of an intermediate still in the Secret are refused, and the
 // previous root keeps serving. The store hands the Secret's state to
 // followState again, which installs it under the new bundle (and so
@@ -252,7 +274,10 @@ func (a *app) setPluginRoot(root *ca.Material) error {
 	if err := a.caStore.SetRoots(root.Roots); err != nil {
 		return err
 	}
+	a.pluginRootsSeen.observe(root.Roots, time.Now())
 	a.pluginRoot.Store(root)
+	// SetRoots woke the rotator before the new root was stored here.
+	a.rotator.Notify()
 	return nil
 }
 
