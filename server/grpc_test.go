@@ -1,7 +1,6 @@
 package server_test
 
 import (
-	"bytes"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
@@ -29,6 +28,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/proto/capb"
 	"github.com/workload-ca/workload-ca/server"
 )
@@ -40,7 +40,7 @@ type env struct {
 	authority *ca.Authority
 	authn     *authztest.Authenticator
 	ready     readyErr
-	audit     *syncBuffer
+	audit     *testlog.Buffer
 	obs       *recorder
 	lis       *bufconn.Listener
 	roots     *x509.CertPool
@@ -56,7 +56,7 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 	}
 	policy := testPolicy(t)
 	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
-		audit: &syncBuffer{}, obs: &recorder{},
+		audit: &testlog.Buffer{}, obs: &recorder{},
 		authn: testAuthenticator()}
 	for _, r := range authority.Roots() {
 		e.roots.AddCert(r)
@@ -301,7 +301,7 @@ func TestAuditRecordsAndObserver(t *testing.T) {
 	if _, err := c.CreateCertificate(ctxT(t), caclient.Request{Token: "ztunnel-token", Identity: db, Impersonate: true}); status.Code(err) != codes.PermissionDenied {
 		t.Fatalf("want PermissionDenied, got %v", err)
 	}
-	records := e.audit.records(t)
+	records := auditRecords(t, e.audit)
 	if len(records) != 2 {
 		t.Fatalf("audit records = %d, want 2:\n%s", len(records), e.audit.String())
 	}
@@ -349,25 +349,8 @@ func (r *readyErr) get() error {
 	return r.err
 }
 
-// syncBuffer is a goroutine-safe bytes.Buffer.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) records(t *testing.T) []map[string]any {
+// auditRecords parses the JSON audit records written to b.
+func auditRecords(t *testing.T, b *testlog.Buffer) []map[string]any {
 	var out []map[string]any
 	for _, line := range strings.Split(strings.TrimSpace(b.String()), "\n") {
 		var r map[string]any
