@@ -12,6 +12,9 @@ const (
 	ConfigMapName = "istio-ca-root-cert"
 	// DataKey is the key holding the PEM roots.
 	DataKey = "root-cert.pem"
+	// FieldManager is the field manager of our writes; any other manager
+	// of DataKey is another writer.
+	FieldManager = "workload-ca"
 )
 
 // Labels set on every ConfigMap we publish.

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
@@ -35,11 +36,15 @@ type run struct {
 	namespaces cache.Store // keyed by name
 	configMaps cache.Store // keyed by namespace/name; only ConfigMapName
 	informers  []cache.Controller
+	// written knows, per namespace, the roots we last wrote or found
+	// there, to tell another writer's edits from our own changes.
+	written *contest.Tracker
 }
 
 func newRun(p *Publisher) *run {
 	r := &run{
-		p: p,
+		p:       p,
+		written: contest.NewTracker(p.clock, p.repair),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Clock: p.clock}),
@@ -178,6 +183,7 @@ func (r *run) reconcile(ctx context.Context, ns string) (string, error) {
 	}
 	if why := r.skipReason(n); why != "" {
 		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", why)
+		r.written.Forget(ns)
 		return ResultSkipped, nil
 	}
 	content, err := rootset.PEM(r.p.roots())
@@ -202,7 +208,8 @@ func (r *run) skipReason(n *corev1.Namespace) string {
 }
 
 // ensure creates the ConfigMap in ns, or updates it if its roots or our
-// labels differ.
+// labels differ. Roots someone else wrote over ours are restored at most
+// once per RepairInterval (see repair).
 func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
 	cur, err := r.cachedConfigMap(ns)
 	if err != nil {
@@ -211,13 +218,59 @@ func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
 	if cur == nil {
 		var result string
 		if result, cur, err = r.createOrGet(ctx, ns, content); cur == nil {
+			if result == ResultCreated {
+				r.written.Wrote(ns, content)
+			}
 			return result, err
 		}
 	}
-	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) {
+	ours := hasLabels(cur.Labels, r.p.labels)
+	if cur.Data[DataKey] == content && ours {
+		r.written.Wrote(ns, content)
 		return ResultUnchanged, nil
 	}
-	return r.update(ctx, cur, content)
+	if ours && r.written.Edited(ns, cur.Data[DataKey]) {
+		return r.repair(ctx, cur, content)
+	}
+	result, err := r.update(ctx, cur, content)
+	if err == nil {
+		r.written.Wrote(ns, content)
+	}
+	return result, err
+}
+
+// repair restores our roots in cur, which someone else changed since we
+// wrote them. If it repaired this namespace less than RepairInterval ago,
+// it re-queues the namespace for when the interval ends instead. The other
+// writers are named from the live object's managed fields (the cache drops
+// them).
+func (r *run) repair(ctx context.Context, cur *corev1.ConfigMap, content string) (string, error) {
+	ns := cur.Namespace
+	if wait := r.written.Repair(ns); wait > 0 {
+		r.queue.AddAfter(ns, wait)
+		r.p.log.DebugContext(ctx, "roots in ConfigMap changed again by another writer; restoring them later",
+			"namespace", ns, "name", cur.Name, "in", wait)
+		return ResultDeferred, nil
+	}
+	live, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, cur.Name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return ResultRequeued, fmt.Errorf("%w: ConfigMap %s/%s deleted meanwhile", errRequeue, ns, cur.Name)
+	case err != nil:
+		return ResultError, fmt.Errorf("get ConfigMap %s/%s: %w", ns, cur.Name, err)
+	}
+	writers := contest.Writers(live, FieldManager, "data", DataKey)
+	if len(writers) == 0 {
+		writers = []string{"unknown"}
+	}
+	r.p.log.WarnContext(ctx, "another writer changed the roots in ConfigMap; restoring them (is another publisher of it, such as istiod's, running?)",
+		"namespace", ns, "name", cur.Name, "writers", writers, "nextRepairAfter", r.p.repair)
+	live.ManagedFields = nil // unchanged: the API server keeps tracking them
+	if result, err := r.update(ctx, live, content); err != nil {
+		return result, err
+	}
+	r.written.Wrote(ns, content)
+	return ResultRepaired, nil
 }
 
 // createOrGet creates the ConfigMap in ns. If it exists already, the cache
@@ -259,7 +312,7 @@ func (r *run) create(ctx context.Context, ns, content string) error {
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: maps.Clone(r.p.labels)},
 		Data:       map[string]string{DataKey: content},
 	}
-	if _, err := r.p.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{}); err != nil {
+	if _, err := r.p.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("create ConfigMap %s/%s: %w", ns, ConfigMapName, err)
 	}
 	r.p.log.InfoContext(ctx, "created ConfigMap", "namespace", ns, "name", ConfigMapName)
@@ -281,7 +334,7 @@ func (r *run) update(ctx context.Context, cur *corev1.ConfigMap, content string)
 		cm.Labels = make(map[string]string, len(r.p.labels))
 	}
 	maps.Copy(cm.Labels, r.p.labels)
-	_, err := r.p.client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{})
+	_, err := r.p.client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Deleted or edited since the cache saw it: its event re-queues

@@ -32,7 +32,13 @@
 // publisher (its namespace controller), istio-csr's, or a second CA
 // instance must not run beside this one: each would overwrite the other's
 // content on every event. Configure istiod not to publish the ConfigMap,
-// as the istio-csr installation does.
+// as the istio-csr installation does. If another writer does change the
+// roots we wrote, the publisher restores them, logs a warning naming the
+// writer (its field manager, such as istiod's pilot-discovery) and counts
+// ResultRepaired; a further change within Config.RepairInterval (default
+// a minute) is restored only when the interval ends (ResultDeferred), so
+// that the two do not rewrite the ConfigMap as fast as the API server
+// allows.
 //
 // Istio's namespace controller skips kube-system, kube-public and
 // kube-node-lease and honours the mesh's discoverySelectors; this package

@@ -17,6 +17,15 @@ const (
 	// (edited, adopted from another publisher, or new roots) and were
 	// replaced.
 	ResultUpdated = "updated"
+	// ResultRepaired: someone else had changed the roots we last wrote
+	// (another publisher, such as istiod's, fighting over the
+	// ConfigMap); they were restored and the other writer logged.
+	ResultRepaired = "repaired"
+	// ResultDeferred: someone else changed the roots again within
+	// Config.RepairInterval of our last repair; they are restored when it
+	// ends, so that two publishers do not rewrite the ConfigMap back and
+	// forth as fast as the API server allows.
+	ResultDeferred = "deferred"
 	// ResultUnchanged: the ConfigMap was already right.
 	ResultUnchanged = "unchanged"
 	// ResultSkipped: the namespace is gone, being deleted, or not

@@ -1,8 +1,10 @@
 package rootconfigmap
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"maps"
 	"slices"
 	"strings"
@@ -17,8 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // state is what the tests compare of a ConfigMap.
@@ -286,4 +290,80 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	if !errors.Is(err, errRequeue) || result != ResultRequeued {
 		t.Fatalf("reconcile = %q, %v; want %q wrapping errRequeue", result, err, ResultRequeued)
 	}
+}
+
+// TestReconcileContested: another writer (istiod's namespace controller,
+// say) keeps putting its own roots into our ConfigMap. The first change
+// is repaired at once and the writer named; a second one within the
+// repair interval waits for the interval to end.
+func TestReconcileContested(t *testing.T) {
+	roots := testca.RootCerts(t, 3)
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
+	ours, theirs := mustContent(t, roots[0]), mustContent(t, roots[1])
+	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	var logs bytes.Buffer
+	client, r := newTestRun(t, Config{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		namespace("app", nil), []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: ours}, ownLabels(testTD))}, nil, nil)
+	ctx := context.Background()
+	reconcile := func(want string) {
+		t.Helper()
+		if result, err := r.reconcile(ctx, "app"); err != nil || result != want {
+			t.Fatalf("reconcile = %q, %v; want %q", result, err, want)
+		}
+	}
+	// rival writes its roots as the field manager istiod's has.
+	rival := func() {
+		t.Helper()
+		cm, err := client.CoreV1().ConfigMaps("app").Get(ctx, ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data[DataKey] = theirs
+		if cm, err = client.CoreV1().ConfigMaps("app").Update(ctx, cm, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := r.configMaps.Update(cm); err != nil {
+			t.Fatal(err)
+		}
+	}
+	holds := func(want string) {
+		t.Helper()
+		cm, err := client.CoreV1().ConfigMaps("app").Get(ctx, ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cm.Data[DataKey] != want {
+			t.Fatalf("ConfigMap holds the wrong roots")
+		}
+	}
+
+	reconcile(ResultUnchanged)
+	rival()
+	reconcile(ResultRepaired)
+	holds(ours)
+	if !strings.Contains(logs.String(), "another writer changed the roots") || !strings.Contains(logs.String(), "pilot-discovery") {
+		t.Fatalf("the repair was not logged with the other writer:\n%s", logs.String())
+	}
+
+	clk.Step(10 * time.Second)
+	rival()
+	reconcile(ResultDeferred)
+	holds(theirs)
+	clk.Step(50 * time.Second) // the interval since the repair has passed
+	testwait.Eventually(t, "namespace re-queued after the interval", func() bool { return r.queue.Len() == 1 })
+	reconcile(ResultRepaired)
+	holds(ours)
+
+	// Our own change of roots is not someone else's edit.
+	cm, err := client.CoreV1().ConfigMaps("app").Get(ctx, ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.configMaps.Update(cm); err != nil { // the informer's view of our repair
+		t.Fatal(err)
+	}
+	rs.Set(roots[2])
+	reconcile(ResultUpdated)
 }

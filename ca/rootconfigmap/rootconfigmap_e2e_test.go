@@ -3,6 +3,7 @@ package rootconfigmap
 import (
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -42,7 +43,10 @@ func TestE2E(t *testing.T) {
 	rs.Set(roots[0])
 	rec := &testobs.Results{}
 	user := servicePublisher(t, cp, "rootconfigmap-publisher", documentedRules())
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: testlog.New(t)})
+	var logs testlog.Buffer
+	log := slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, nil)))
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: log,
+		RepairInterval: contestInterval})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -71,6 +75,9 @@ func TestE2E(t *testing.T) {
 		}},
 		{"an edited root-cert.pem is restored, other keys kept", func(t *testing.T) {
 			testRepairEdit(t, admin, roots)
+		}},
+		{"a rival publisher is named, and repaired at most once per interval", func(t *testing.T) {
+			testRival(t, admin, roots, rec, &logs)
 		}},
 		{"new roots after Trigger", func(t *testing.T) {
 			rs.Set(roots[1], roots[0])
@@ -135,6 +142,48 @@ func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Cert
 	}
 	if got := waitRoots(t, admin, "beta", roots[0]); got.Data["extra"] != "kept" {
 		t.Errorf("data %v: key extra lost", got.Data)
+	}
+}
+
+// contestInterval is the publisher's RepairInterval in TestE2E.
+const contestInterval = 3 * time.Second
+
+// testRival plays istiod's namespace controller, which writes its own root
+// into the ConfigMap: the first write is undone at once and the rival's
+// field manager logged; the second, right after, stands until the repair
+// interval has passed since the first repair.
+func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate, rec *testobs.Results, logs *testlog.Buffer) {
+	cms := admin.CoreV1().ConfigMaps("alpha")
+	rival := func() time.Time {
+		t.Helper()
+		cm, err := cms.Get(t.Context(), ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cm.Data[DataKey] = mustContent(t, roots[2])
+		if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
+			t.Fatal(err)
+		}
+		return time.Now()
+	}
+	repaired := rec.Count(ResultRepaired)
+	rival()
+	waitRoots(t, admin, "alpha", roots[0])
+	first := time.Now()
+	if rec.Count(ResultRepaired) != repaired+1 {
+		t.Fatalf("%d repairs counted, want 1", rec.Count(ResultRepaired)-repaired)
+	}
+	if !strings.Contains(logs.String(), "another writer changed the roots") || !strings.Contains(logs.String(), "pilot-discovery") {
+		t.Fatalf("the repair was not logged with the rival's field manager:\n%s", logs.String())
+	}
+
+	rival()
+	waitRoots(t, admin, "alpha", roots[0])
+	if d := time.Since(first); d < contestInterval-time.Second {
+		t.Errorf("the second change was undone %v after the first repair, within the %v interval", d, contestInterval)
+	}
+	if rec.Count(ResultDeferred) == 0 || rec.Count(ResultRepaired) != repaired+2 {
+		t.Errorf("deferred %d, repaired %d times; want the second repair deferred", rec.Count(ResultDeferred), rec.Count(ResultRepaired)-repaired)
 	}
 }
 
