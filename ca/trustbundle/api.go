@@ -86,11 +86,11 @@ func v1API(client kubernetes.Interface) *bundleAPI {
 			return c.Get(ctx, name, metav1.GetOptions{})
 		},
 		create: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
-			_, err := c.Create(ctx, b, metav1.CreateOptions{})
+			_, err := c.Create(ctx, b, metav1.CreateOptions{FieldManager: FieldManager})
 			return err
 		},
 		update: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
-			_, err := c.Update(ctx, b, metav1.UpdateOptions{})
+			_, err := c.Update(ctx, b, metav1.UpdateOptions{FieldManager: FieldManager})
 			return err
 		},
 		delete: c.Delete,
@@ -115,11 +115,11 @@ func v1beta1API(client kubernetes.Interface) *bundleAPI {
 			return fromV1beta1(b), nil
 		},
 		create: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
-			_, err := c.Create(ctx, toV1beta1(b), metav1.CreateOptions{})
+			_, err := c.Create(ctx, toV1beta1(b), metav1.CreateOptions{FieldManager: FieldManager})
 			return err
 		},
 		update: func(ctx context.Context, b *certv1.ClusterTrustBundle) error {
-			_, err := c.Update(ctx, toV1beta1(b), metav1.UpdateOptions{})
+			_, err := c.Update(ctx, toV1beta1(b), metav1.UpdateOptions{FieldManager: FieldManager})
 			return err
 		},
 		delete: c.Delete,

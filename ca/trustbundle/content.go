@@ -20,6 +20,9 @@ const (
 	// IstioSignerName and IstioBundleName are what Istio's charts mount.
 	IstioSignerName = "istio.io/istiod-ca"
 	IstioBundleName = "istio.io:istiod-ca:root-cert"
+	// FieldManager is the field manager of our writes; any other manager
+	// of spec.trustBundle is another writer.
+	FieldManager = "workload-ca"
 )
 
 // Labels on every bundle we publish; both must match for a bundle to be ours.

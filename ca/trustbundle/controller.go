@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
@@ -25,13 +26,17 @@ type run struct {
 	queue     workqueue.TypedRateLimitingInterface[string]
 	stores    map[string]cache.Store // by signer
 	informers []cache.Controller
+	// written knows, per bundle name, the content we last wrote or found
+	// there, to tell another writer's edits from our own changes.
+	written *contest.Tracker
 }
 
 func newRun(p *Publisher, api *bundleAPI) *run {
 	r := &run{
-		p:      p,
-		api:    api,
-		stores: make(map[string]cache.Store, len(p.targets)),
+		p:       p,
+		api:     api,
+		stores:  make(map[string]cache.Store, len(p.targets)),
+		written: contest.NewTracker(p.clock, p.repair),
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
 			workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Clock: p.clock}),
@@ -112,41 +117,84 @@ func (r *run) reconcile(ctx context.Context, signer string) (string, error) {
 }
 
 // ensure creates bundle name, or updates it if its content or our labels
-// differ. Labels others added are kept.
+// differ. Labels others added are kept. Content someone else wrote over
+// ours is restored at most once per RepairInterval (see repair).
 func (r *run) ensure(ctx context.Context, t target, name, content string) (string, error) {
 	cur, err := r.get(t.signer, name)
 	if err != nil {
 		return ResultError, err
 	}
 	if cur == nil {
-		err := r.create(ctx, t, name, content)
-		if err == nil {
-			return ResultCreated, nil
-		}
-		if !apierrors.IsAlreadyExists(err) {
-			return ResultError, err
-		}
-		// The cache lags behind a create (ours, moments ago, or someone's):
-		// compare with the live object instead. If it was deleted in the
-		// meantime, create it once more.
-		cur, err = r.api.get(ctx, name)
-		if apierrors.IsNotFound(err) {
-			if err := r.create(ctx, t, name, content); err != nil {
+		if cur, err = r.createOrGet(ctx, t, name, content); cur == nil {
+			if err != nil {
 				return ResultError, err
 			}
+			r.written.Wrote(name, content)
 			return ResultCreated, nil
 		}
-		if err != nil {
-			return ResultError, fmt.Errorf("get ClusterTrustBundle %s: %w", name, err)
-		}
 	}
-	if cur.Spec.TrustBundle == content && hasLabels(cur.Labels, r.p.labels) {
+	ours := hasLabels(cur.Labels, r.p.labels)
+	if cur.Spec.TrustBundle == content && ours {
+		r.written.Wrote(name, content)
 		return ResultUnchanged, nil
+	}
+	if ours && r.written.Edited(name, cur.Spec.TrustBundle) {
+		return r.repair(ctx, t, cur, content)
 	}
 	if err := r.update(ctx, cur, content); err != nil {
 		return ResultError, err
 	}
+	r.written.Wrote(name, content)
 	return ResultUpdated, nil
+}
+
+// createOrGet creates bundle name; it returns nil once created. If the
+// bundle exists already, the cache lags behind a create (ours, moments
+// ago, or someone's): it returns the live object to compare with instead.
+// If that was deleted in the meantime, it creates the bundle once more.
+func (r *run) createOrGet(ctx context.Context, t target, name, content string) (*certv1.ClusterTrustBundle, error) {
+	err := r.create(ctx, t, name, content)
+	if err == nil || !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	cur, err := r.api.get(ctx, name)
+	if apierrors.IsNotFound(err) {
+		return nil, r.create(ctx, t, name, content)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("get ClusterTrustBundle %s: %w", name, err)
+	}
+	return cur, nil
+}
+
+// repair restores our content in cur, which someone else changed since we
+// wrote it. If it repaired this bundle less than RepairInterval ago, it
+// re-queues the signer for when the interval ends instead. The other
+// writers are named from the live object's managed fields (the cache drops
+// them).
+func (r *run) repair(ctx context.Context, t target, cur *certv1.ClusterTrustBundle, content string) (string, error) {
+	if wait := r.written.Repair(cur.Name); wait > 0 {
+		r.queue.AddAfter(t.signer, wait)
+		r.p.log.DebugContext(ctx, "ClusterTrustBundle changed again by another writer; restoring it later",
+			"name", cur.Name, "in", wait)
+		return ResultDeferred, nil
+	}
+	live, err := r.api.get(ctx, cur.Name)
+	if err != nil { // deleted meanwhile: the retry creates it
+		return ResultError, fmt.Errorf("get ClusterTrustBundle %s: %w", cur.Name, err)
+	}
+	writers := contest.Writers(live, FieldManager, "spec", "trustBundle")
+	if len(writers) == 0 {
+		writers = []string{"unknown"}
+	}
+	r.p.log.WarnContext(ctx, "another writer changed the ClusterTrustBundle; restoring it (is another publisher of it, such as istiod's, running?)",
+		"name", cur.Name, "signer", t.signer, "writers", writers, "nextRepairAfter", r.p.repair)
+	live.ManagedFields = nil // unchanged: the API server keeps tracking them
+	if err := r.update(ctx, live, content); err != nil {
+		return ResultError, err
+	}
+	r.written.Wrote(cur.Name, content)
+	return ResultRepaired, nil
 }
 
 func (r *run) create(ctx context.Context, t target, name, content string) error {
@@ -207,6 +255,7 @@ func (r *run) deleteStale(ctx context.Context, t target, keep string) error {
 		case err != nil:
 			errs = append(errs, fmt.Errorf("delete stale ClusterTrustBundle %s: %w", b.Name, err))
 		default:
+			r.written.Forget(b.Name)
 			r.p.log.InfoContext(ctx, "deleted stale ClusterTrustBundle", "name", b.Name, "signer", t.signer)
 		}
 	}

@@ -30,7 +30,12 @@
 // place: Istio's charts mount that bundle by name. An existing bundle of
 // that name is adopted (its content and our labels are overwritten), so
 // neither istiod's own publisher nor a second IstioCompatible CA instance
-// may run in the same cluster.
+// may run in the same cluster. If another writer does change the content
+// we wrote, the publisher restores it, logs a warning naming the writer
+// (its field manager) and counts ResultRepaired; a further change within
+// Config.RepairInterval (default a minute) is restored only when the
+// interval ends (ResultDeferred), so that the two do not rewrite the
+// bundle as fast as the API server allows.
 //
 // Every bundle carries the labels
 //

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
 
+	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
 
@@ -43,6 +44,10 @@ type Config struct {
 	// ResyncPeriod is how often every bundle is reconciled without a
 	// trigger. Default DefaultResyncPeriod.
 	ResyncPeriod time.Duration
+	// RepairInterval is the least time between two repairs of one bundle
+	// after someone else changed its content. Default
+	// contest.DefaultInterval.
+	RepairInterval time.Duration
 }
 
 // Publisher keeps the CA's roots published as ClusterTrustBundles.
@@ -55,6 +60,7 @@ type Publisher struct {
 	log     *slog.Logger
 	clock   clock.WithTicker
 	resync  time.Duration
+	repair  time.Duration
 
 	running atomic.Bool
 	active  keyloop.Current
@@ -74,6 +80,7 @@ func New(cfg Config) (*Publisher, error) {
 		log:     cfg.Logger,
 		clock:   cfg.Clock,
 		resync:  cfg.ResyncPeriod,
+		repair:  cfg.RepairInterval,
 	}
 	if cfg.IstioCompatible {
 		p.targets[IstioSignerName] = target{signer: IstioSignerName, fixedName: IstioBundleName}
@@ -89,8 +96,8 @@ func (c *Config) applyDefaults() error {
 		return errors.New("missing Roots")
 	case c.TrustDomain.IsZero():
 		return errors.New("missing TrustDomain")
-	case c.ResyncPeriod < 0:
-		return fmt.Errorf("ResyncPeriod %v is negative", c.ResyncPeriod)
+	case c.ResyncPeriod < 0 || c.RepairInterval < 0:
+		return fmt.Errorf("ResyncPeriod %v or RepairInterval %v is negative", c.ResyncPeriod, c.RepairInterval)
 	}
 	if errs := validation.IsValidLabelValue(c.TrustDomain.Name()); len(errs) > 0 {
 		return fmt.Errorf("trust domain %q cannot be a label value: %v", c.TrustDomain.Name(), errs)
@@ -115,6 +122,9 @@ func (c *Config) applyDefaults() error {
 	}
 	if c.ResyncPeriod == 0 {
 		c.ResyncPeriod = DefaultResyncPeriod
+	}
+	if c.RepairInterval == 0 {
+		c.RepairInterval = contest.DefaultInterval
 	}
 	return nil
 }

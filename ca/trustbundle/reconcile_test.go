@@ -1,11 +1,14 @@
 package trustbundle
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	certv1 "k8s.io/api/certificates/v1"
@@ -13,8 +16,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // state is what the tests compare of a bundle.
@@ -285,4 +290,84 @@ func TestReconcileCacheLag(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestReconcileContested: another writer (istiod's own publisher, say)
+// keeps putting its roots into the Istio-compatible bundle. The first
+// change is repaired at once and the writer named; a second one within
+// the repair interval waits for the interval to end.
+func TestReconcileContested(t *testing.T) {
+	roots := testca.RootCerts(t, 3)
+	rs := &testca.Roots{}
+	rs.Set(roots[0])
+	ours, theirs := mustContent(t, roots[0]), mustContent(t, roots[1])
+	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
+	var logs bytes.Buffer
+	client, r := newTestRun(t, Config{Roots: rs.Get, IstioCompatible: true, Clock: clk, RepairInterval: time.Minute,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+		bundle(IstioBundleName, IstioSignerName, ours, ownLabels(testTD)))
+	ctx := context.Background()
+	bundles := client.CertificatesV1().ClusterTrustBundles()
+	reconcile := func(want string) {
+		t.Helper()
+		if result, err := r.reconcile(ctx, IstioSignerName); err != nil || result != want {
+			t.Fatalf("reconcile = %q, %v; want %q", result, err, want)
+		}
+	}
+	// sync puts the live bundle in the cache, as the informer would.
+	sync := func() {
+		t.Helper()
+		b, err := bundles.Get(ctx, IstioBundleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := r.stores[IstioSignerName].Update(b); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// rival writes its roots as the field manager istiod's has.
+	rival := func() {
+		t.Helper()
+		b, err := bundles.Get(ctx, IstioBundleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Spec.TrustBundle = theirs
+		if _, err := bundles.Update(ctx, b, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
+			t.Fatal(err)
+		}
+		sync()
+	}
+	holds := func(want string) {
+		t.Helper()
+		b, err := bundles.Get(ctx, IstioBundleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b.Spec.TrustBundle != want {
+			t.Fatal("the bundle holds the wrong roots")
+		}
+	}
+
+	reconcile(ResultUnchanged)
+	rival()
+	reconcile(ResultRepaired)
+	holds(ours)
+	if !strings.Contains(logs.String(), "another writer changed the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
+		t.Fatalf("the repair was not logged with the other writer:\n%s", logs.String())
+	}
+
+	clk.Step(10 * time.Second)
+	rival()
+	reconcile(ResultDeferred)
+	holds(theirs)
+	clk.Step(50 * time.Second)
+	testwait.Eventually(t, "signer re-queued after the interval", func() bool { return r.queue.Len() == 1 })
+	reconcile(ResultRepaired)
+	holds(ours)
+
+	// Our own change of roots is not someone else's edit.
+	sync()
+	rs.Set(roots[2])
+	reconcile(ResultUpdated)
 }
