@@ -120,6 +120,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		leader   = "workload_ca_leader"
 		requests = "workload_ca_certificate_requests_total"
 		synced   = "workload_ca_podindex_synced"
+		rootCMs  = "workload_ca_root_configmap_publish_total"
 		year     = "31536000x180"
 	)
 	type alert struct {
@@ -157,6 +158,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series("up", `pod="p1"`, "0x180"),
 		series(synced, `pod="p0"`, "1x180"),
 		series(synced, `pod="p1"`, "0x180"),
+		series(rootCMs, `pod="p0",result="repaired"`, "0+1x180"), // istiod fights over them
+		series(rootCMs, `pod="p0",result="unchanged"`, "0+100x180"),
 	}, Alerts: []alertTest{
 		at("WorkloadCARootExpiringSoon", alert{nsLabels("severity", "warning"),
 			expect("WorkloadCARootExpiringSoon", "{{ $value | humanizeDuration }}", "19d 22h 0m 0s")}),
@@ -166,6 +169,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		at("WorkloadCADenialSpike", alert{nsLabels("severity", "warning"),
 			expect("WorkloadCADenialSpike", "{{ $value | humanizePercentage }}", "50%")}),
 		at("WorkloadCAReplicaDown", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCAReplicaDown")}),
+		at("WorkloadCARootsContested", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCARootsContested", "{{ $value | humanize }}", "30")}),
 		at("WorkloadCADown"),
 		at("WorkloadCANotReady", alert{nsLabels("severity", "warning", "job", job, "pod", "p1"), expect("WorkloadCANotReady")}),
 	}}
@@ -198,8 +203,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
 		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
 	}}
-	if len(annotations) < 8 {
-		t.Fatalf("the PrometheusRule has %d alerts, want at least 8", len(annotations))
+	if len(annotations) < 9 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 9", len(annotations))
 	}
 
 	dir := t.TempDir()

@@ -54,7 +54,7 @@ workload_ca_podindex_pods 7
 # TYPE workload_ca_tokenreview_cache_lookups_total counter
 workload_ca_tokenreview_cache_lookups_total{result="hit"} 1
 workload_ca_tokenreview_cache_lookups_total{result="miss"} 1
-# HELP workload_ca_root_configmap_publish_total Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, unchanged, skipped, requeued, error).
+# HELP workload_ca_root_configmap_publish_total Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, repaired, deferred, unchanged, skipped, requeued, error).
 # TYPE workload_ca_root_configmap_publish_total counter
 workload_ca_root_configmap_publish_total{result="updated"} 1
 # HELP workload_ca_leader 1 while this replica holds the leader lease.
