@@ -113,6 +113,9 @@ func TestLifecyclePluginRootReload(t *testing.T) {
 		if d := moved.Sub(changed); d < propagation {
 			t.Errorf("the new root signed %v after it was written, before the %v propagation delay", d, propagation)
 		}
+		if len(logLines(ca, "new plug-in signing root", "trusted_from")) == 0 {
+			t.Error("the move to the new root was not announced in the log")
+		}
 	})
 	// The old root's intermediate is retiring now, still in the Secret.
 	t.Run("a bundle without the in-use root is refused", func(t *testing.T) {

@@ -92,6 +92,9 @@ type app struct {
 	pluginRootsSeen rootsSeen
 	// rotator rotates the CA state of --ca-secret (on the leader).
 	rotator *rotation.Rotator
+	// issuer is the plug-in root the rotator follows (nil without
+	// --ca-root-dir).
+	issuer func() rotation.Issuer
 	// caStore is the CA state Secret (--ca-secret).
 	caStore *castate.SecretStore
 	// extraChecks are readiness checks of the CA source.
@@ -184,8 +187,9 @@ func (a *app) loadCASecret(ctx context.Context) error {
 		return err
 	}
 	a.caStore = store
+	a.issuer = a.pluginIssuer(policy.PropagationDelay)
 	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
-		Issuer: a.pluginIssuer(policy.PropagationDelay), Observer: a.metrics, Logger: a.log.With("component", "rotation")})
+		Issuer: a.issuer, Observer: a.metrics, Logger: a.log.With("component", "rotation")})
 	if err != nil {
 		return err
 	}
@@ -275,7 +279,11 @@ func (a *app) setPluginRoot(root *ca.Material) error {
 		return err
 	}
 	a.pluginRootsSeen.observe(root.Roots, time.Now())
-	a.pluginRoot.Store(root)
+	previous := a.pluginRoot.Swap(root)
+	if previous == nil || !previous.Cert.Equal(root.Cert) {
+		a.log.Info("new plug-in signing root: the leader moves to intermediates it issues once every verifier trusts it",
+			"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "trusted_from", a.issuer().TrustedFrom)
+	}
 	// SetRoots woke the rotator before the new root was stored here.
 	a.rotator.Notify()
 	return nil
