@@ -224,12 +224,11 @@ func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
 			return result, err
 		}
 	}
-	ours := hasLabels(cur.Labels, r.p.labels)
-	if cur.Data[DataKey] == content && ours {
+	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) {
 		r.written.Wrote(ns, content)
 		return ResultUnchanged, nil
 	}
-	if ours && r.written.Edited(ns, cur.Data[DataKey]) {
+	if r.written.Edited(ns, cur.Data[DataKey]) {
 		return r.repair(ctx, cur, content)
 	}
 	result, err := r.update(ctx, cur, content)

@@ -313,14 +313,18 @@ func TestReconcileContested(t *testing.T) {
 			t.Fatalf("reconcile = %q, %v; want %q", result, err, want)
 		}
 	}
-	// rival writes its roots as the field manager istiod's has.
-	rival := func() {
+	// rival writes its roots as the field manager istiod's has, and drops
+	// our labels if told to.
+	rival := func(dropLabels bool) {
 		t.Helper()
 		cm, err := client.CoreV1().ConfigMaps("app").Get(ctx, ConfigMapName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
 		cm.Data[DataKey] = theirs
+		if dropLabels {
+			cm.Labels = nil
+		}
 		if cm, err = client.CoreV1().ConfigMaps("app").Update(ctx, cm, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
 			t.Fatal(err)
 		}
@@ -340,15 +344,16 @@ func TestReconcileContested(t *testing.T) {
 	}
 
 	reconcile(ResultUnchanged)
-	rival()
+	rival(false)
 	reconcile(ResultRepaired)
 	holds(ours)
 	if !strings.Contains(logs.String(), "another writer changed the roots") || !strings.Contains(logs.String(), "pilot-discovery") {
 		t.Fatalf("the repair was not logged with the other writer:\n%s", logs.String())
 	}
 
+	// Dropping our labels does not make it a ConfigMap to adopt at once.
 	clk.Step(10 * time.Second)
-	rival()
+	rival(true)
 	reconcile(ResultDeferred)
 	holds(theirs)
 	clk.Step(50 * time.Second) // the interval since the repair has passed

@@ -133,12 +133,11 @@ func (r *run) ensure(ctx context.Context, t target, name, content string) (strin
 			return ResultCreated, nil
 		}
 	}
-	ours := hasLabels(cur.Labels, r.p.labels)
-	if cur.Spec.TrustBundle == content && ours {
+	if cur.Spec.TrustBundle == content && hasLabels(cur.Labels, r.p.labels) {
 		r.written.Wrote(name, content)
 		return ResultUnchanged, nil
 	}
-	if ours && r.written.Edited(name, cur.Spec.TrustBundle) {
+	if r.written.Edited(name, cur.Spec.TrustBundle) {
 		return r.repair(ctx, t, cur, content)
 	}
 	if err := r.update(ctx, cur, content); err != nil {

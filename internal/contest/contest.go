@@ -4,9 +4,9 @@
 // Two controllers that each restore their own content on every change
 // event (istiod's namespace controller and the CA's root ConfigMap
 // publisher, say) rewrite the object back and forth as fast as the API
-// server allows. A Tracker remembers what the publisher last wrote to
-// each key: content other than that, on an object the publisher labels
-// as its own, was written by someone else since. The publisher still
+// server allows. A Tracker remembers what the publisher last wrote to (or
+// found right in) each key: content other than that was written by
+// someone else since, whatever the labels now say. The publisher still
 // repairs it, at most once per interval per key, and says who the other
 // writer is (from the object's managed fields) so that an operator can
 // turn one of the two off.
