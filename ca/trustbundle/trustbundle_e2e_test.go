@@ -3,6 +3,7 @@ package trustbundle
 import (
 	"crypto/x509"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -133,19 +134,50 @@ func testRotation(t *testing.T, admin kubernetes.Interface, p *Publisher, rs *te
 	}
 }
 
-// testIstio checks the bundle Istio's charts mount by name.
+// testIstio checks the bundle Istio's charts mount by name, and what
+// happens when istiod's own publisher writes its root into it: the first
+// write is undone at once and istiod's field manager logged; the second,
+// right after, stands until the repair interval has passed.
 func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
-	roots := testca.RootCerts(t, 1)
+	roots := testca.RootCerts(t, 2)
+	ours := roots[:1]
 	signer := "istio-e2e.workload-ca.io/spiffe"
 	user := grantPublisher(t, cp, "trustbundle-istio", signer, IstioSignerName)
+	var logs testlog.Buffer
+	const interval = 3 * time.Second
 	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer, IstioCompatible: true,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
+		Roots:  func() []*x509.Certificate { return ours },
+		Logger: slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, nil))), RepairInterval: interval})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startRun(t, p)
-	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, roots...)
-	waitBundle(t, cp.Client(), target{signer: signer}.name(mustContent(t, roots...)), signer, roots...)
+	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, ours...)
+	waitBundle(t, cp.Client(), target{signer: signer}.name(mustContent(t, ours...)), signer, ours...)
+
+	bundles := cp.Client().CertificatesV1().ClusterTrustBundles()
+	istiod := func() {
+		t.Helper()
+		b, err := bundles.Get(t.Context(), IstioBundleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		b.Spec.TrustBundle = mustContent(t, roots[1])
+		if _, err := bundles.Update(t.Context(), b, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	istiod()
+	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, ours...)
+	first := time.Now()
+	if !strings.Contains(logs.String(), "another writer changed the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
+		t.Fatalf("the repair was not logged with istiod's field manager:\n%s", logs.String())
+	}
+	istiod()
+	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, ours...)
+	if d := time.Since(first); d < interval-time.Second {
+		t.Errorf("the second change was undone %v after the first repair, within the %v interval", d, interval)
+	}
 }
 
 // testPodAccepted creates a pod mounting our bundles by signer and label
