@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // TestRun drives Run against the fake clientset (list, then watch).

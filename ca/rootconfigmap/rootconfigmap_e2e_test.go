@@ -8,13 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testobs"
-
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
-	"github.com/workload-ca/workload-ca/internal/testca"
-	"github.com/workload-ca/workload-ca/internal/testlog"
-
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -22,6 +15,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/internal/testobs"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // e2eTimeout bounds every wait for the publisher to converge.

@@ -8,13 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testobs"
-
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
-	"github.com/workload-ca/workload-ca/internal/testca"
-	"github.com/workload-ca/workload-ca/internal/testlog"
-
 	authzv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -25,6 +18,11 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/internal/testobs"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // fakeCluster returns a fake clientset holding objs that answers access

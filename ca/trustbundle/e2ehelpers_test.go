@@ -7,14 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
 	certv1 "k8s.io/api/certificates/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // waitBundle waits until bundle name exists with signer, our labels and

@@ -8,19 +8,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testobs"
-
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
-	"github.com/workload-ca/workload-ca/internal/testca"
-	"github.com/workload-ca/workload-ca/internal/testlog"
-
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/internal/testobs"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // fakeCluster returns a fake clientset that serves ClusterTrustBundles in

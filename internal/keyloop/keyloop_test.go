@@ -7,10 +7,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/workload-ca/workload-ca/internal/testwait"
-
 	"k8s.io/client-go/util/workqueue"
 	clocktesting "k8s.io/utils/clock/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // recorder counts reconciles per key and fails a key a set number of
