@@ -18,7 +18,7 @@ import (
 // the Istio cacerts layout so that a restart keeps the same root, and
 // reports created. Partial material is an error: nothing is overwritten.
 func LoadOrCreate(dir string, opts GenerateOptions, now time.Time) (*ca.Material, bool, error) {
-	m, err := loadDir(dir, now)
+	m, err := loadDir(dir, nil, now)
 	if !errors.Is(err, ErrNoMaterial) {
 		return m, false, err
 	}

@@ -96,7 +96,7 @@ func TestLoadOrCreateRSAKeyPersists(t *testing.T) {
 	if _, _, err := keystore.LoadOrCreate(dir, opts, time.Now()); err != nil {
 		t.Fatal(err)
 	}
-	m, err := keystore.LoadDir(dir)
+	m, err := keystore.LoadDir(dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,9 @@
 // also reads a plug-in root CA (LoadRootDir: root-cert.pem and
 // root-key.pem, or tls.crt, tls.key and ca.crt) and mints intermediates
 // from it (GenerateIntermediate), for the rotating CA of package
-// ca/castate; the root's key stays in memory.
+// ca/castate; the root's key stays in memory. Either directory may hold
+// the certificates only, the key being in a KMS or an HSM (OpenKey: a
+// go.step.sm/crypto KMS URI).
 //
 // It does not sign, rotate or publish anything; package ca validates and
 // uses the material, and rotation decides when new material is needed.

@@ -1,6 +1,7 @@
 package keystore
 
 import (
+	"crypto"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -28,13 +29,20 @@ const (
 // ErrNoMaterial is wrapped when a directory holds no file of either layout.
 var ErrNoMaterial = errors.New("no CA material")
 
+// ErrAmbiguousKey is wrapped when a directory holds a key file although
+// the signing key is held elsewhere.
+var ErrAmbiguousKey = errors.New("two signing keys")
+
 // ErrIncomplete is wrapped when a directory holds some but not all of the
 // files of a layout.
 var ErrIncomplete = errors.New("incomplete CA material")
 
-// layout names the files of one directory layout; chain is optional.
+// layout names the files of one directory layout; chain is optional. key
+// is empty when the key is held elsewhere, and keyFile then names the file
+// that must not be there.
 type layout struct {
 	cert, key, roots, chain string
+	keyFile                 string
 }
 
 func layouts() []layout {
@@ -45,13 +53,16 @@ func layouts() []layout {
 }
 
 // LoadDir reads CA material from dir, in the Istio cacerts layout or the
-// cert-manager layout, and validates it at the current time.
-func LoadDir(dir string) (*ca.Material, error) {
-	return loadDir(dir, time.Now())
+// cert-manager layout, and validates it at the current time. A non-nil key
+// is the signing key, held outside the directory (see OpenKey): the
+// directory then holds the certificates only, and a key file there is an
+// error rather than a second key to choose from.
+func LoadDir(dir string, key crypto.Signer) (*ca.Material, error) {
+	return loadDir(dir, key, time.Now())
 }
 
-func loadDir(dir string, now time.Time) (*ca.Material, error) {
-	m, err := readDir(dir, layouts())
+func loadDir(dir string, key crypto.Signer, now time.Time) (*ca.Material, error) {
+	m, err := readDir(dir, layouts(), key)
 	if err == nil {
 		err = m.Validate(now)
 	}
@@ -62,8 +73,9 @@ func loadDir(dir string, now time.Time) (*ca.Material, error) {
 }
 
 // readDir reads the material of the first complete layout of ls in dir,
-// without validating it.
-func readDir(dir string, ls []layout) (*ca.Material, error) {
+// without validating it. With a key, the layouts' key files are not read,
+// and must not be there.
+func readDir(dir string, ls []layout, key crypto.Signer) (*ca.Material, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		if errors.Is(err, fs.ErrNotExist) {
@@ -72,11 +84,42 @@ func readDir(dir string, ls []layout) (*ca.Material, error) {
 		return nil, err
 	}
 	defer r.Close()
+	if key != nil {
+		ls = withoutKeyFiles(ls)
+	}
 	l, err := detect(r, ls)
 	if err != nil {
 		return nil, err
 	}
-	return l.load(r)
+	if key != nil {
+		if err := checkNoKeyFile(r, l); err != nil {
+			return nil, err
+		}
+	}
+	return l.load(r, key)
+}
+
+// withoutKeyFiles returns the layouts with no key file to read, keeping
+// its name in keyFile.
+func withoutKeyFiles(ls []layout) []layout {
+	out := make([]layout, len(ls))
+	for i, l := range ls {
+		l.keyFile, l.key = l.key, ""
+		out[i] = l
+	}
+	return out
+}
+
+// checkNoKeyFile refuses a key file beside an external key: which of the
+// two signs would be a guess.
+func checkNoKeyFile(r *os.Root, l layout) error {
+	switch ok, err := exists(r, l.keyFile); {
+	case err != nil:
+		return err
+	case ok:
+		return fmt.Errorf("%w: %s is there although the signing key comes from a key URI: remove one of them", ErrAmbiguousKey, l.keyFile)
+	}
+	return nil
 }
 
 // detect returns the first layout of ls whose required files are all

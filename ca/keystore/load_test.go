@@ -55,7 +55,7 @@ func TestLoadDir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := keystore.LoadDir(writeDir(t, tt.files))
+			m, err := keystore.LoadDir(writeDir(t, tt.files), nil)
 			if err != nil {
 				t.Fatalf("LoadDir: %v", err)
 			}
@@ -92,7 +92,7 @@ func TestLoadDirRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := writeDir(t, tt.files)
-			_, err := keystore.LoadDir(dir)
+			_, err := keystore.LoadDir(dir, nil)
 			if !errors.Is(err, tt.wantErr) {
 				t.Fatalf("LoadDir = %v, want %v", err, tt.wantErr)
 			}
@@ -103,7 +103,7 @@ func TestLoadDirRefuses(t *testing.T) {
 	}
 	t.Run("not PEM", func(t *testing.T) {
 		dir := writeDir(t, map[string][]byte{"ca-cert.pem": []byte("junk"), "ca-key.pem": key, "root-cert.pem": cert})
-		if _, err := keystore.LoadDir(dir); err == nil {
+		if _, err := keystore.LoadDir(dir, nil); err == nil {
 			t.Fatal("LoadDir accepted a junk certificate file")
 		}
 	})
@@ -191,7 +191,7 @@ func TestLoadDirSecretVolume(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m, err := keystore.LoadDir(dir)
+	m, err := keystore.LoadDir(dir, nil)
 	if err != nil {
 		t.Fatalf("LoadDir: %v", err)
 	}
@@ -201,7 +201,7 @@ func TestLoadDirSecretVolume(t *testing.T) {
 }
 
 func TestLoadDirMissingDirectory(t *testing.T) {
-	_, err := keystore.LoadDir(filepath.Join(t.TempDir(), "absent"))
+	_, err := keystore.LoadDir(filepath.Join(t.TempDir(), "absent"), nil)
 	if !errors.Is(err, keystore.ErrNoMaterial) {
 		t.Fatalf("LoadDir = %v, want ErrNoMaterial", err)
 	}

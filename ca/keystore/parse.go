@@ -18,15 +18,17 @@ import (
 // load reads the layout's files. The first certificate of the cert file is
 // the signing certificate; the rest of it and the optional chain file are
 // intermediates, except copies of the signing certificate or of a root,
-// which chain files may include.
-func (l layout) load(r *os.Root) (*ca.Material, error) {
+// which chain files may include. A nil key is read from the layout's key
+// file.
+func (l layout) load(r *os.Root, key crypto.Signer) (*ca.Material, error) {
 	certs, err := readCerts(r, l.cert)
 	if err != nil {
 		return nil, err
 	}
-	key, err := readKey(r, l.key)
-	if err != nil {
-		return nil, err
+	if key == nil {
+		if key, err = readKey(r, l.key); err != nil {
+			return nil, err
+		}
 	}
 	roots, err := readCerts(r, l.roots)
 	if err != nil {

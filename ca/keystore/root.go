@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"bytes"
+	"crypto"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"errors"
@@ -44,13 +45,14 @@ func rootLayouts() []layout {
 // signing root, Roots the trust bundle, Cert first, without repeats. The
 // signing root must be in the bundle (a CA issued by another one is not a
 // root: use it with --ca-dir instead) and nothing may come between it and
-// the bundle; the material is validated at the current time.
-func LoadRootDir(dir string) (*ca.Material, error) {
-	return loadRootDir(dir, time.Now())
+// the bundle; the material is validated at the current time. A non-nil key
+// is the root's key, held outside the directory, as for LoadDir.
+func LoadRootDir(dir string, key crypto.Signer) (*ca.Material, error) {
+	return loadRootDir(dir, key, time.Now())
 }
 
-func loadRootDir(dir string, now time.Time) (*ca.Material, error) {
-	m, err := readDir(dir, rootLayouts())
+func loadRootDir(dir string, key crypto.Signer, now time.Time) (*ca.Material, error) {
+	m, err := readDir(dir, rootLayouts(), key)
 	if err == nil {
 		err = asRoot(m)
 	}

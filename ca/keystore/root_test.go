@@ -41,7 +41,7 @@ func TestLoadRootDir(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := keystore.LoadRootDir(writeDir(t, tt.files))
+			m, err := keystore.LoadRootDir(writeDir(t, tt.files), nil)
 			if err != nil {
 				t.Fatalf("LoadRootDir: %v", err)
 			}
@@ -87,7 +87,7 @@ func TestLoadRootDirRefuses(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			dir := writeDir(t, tt.files)
-			_, err := keystore.LoadRootDir(dir)
+			_, err := keystore.LoadRootDir(dir, nil)
 			if !errors.Is(err, tt.wantErr) || !strings.HasPrefix(err.Error(), "ca-root-dir "+dir+": ") || !strings.Contains(err.Error(), tt.wantMsg) {
 				t.Fatalf("LoadRootDir = %v, want %v mentioning %q", err, tt.wantErr, tt.wantMsg)
 			}

@@ -2,6 +2,7 @@ package keystore
 
 import (
 	"context"
+	"crypto"
 	"crypto/sha256"
 	"errors"
 	"io/fs"
@@ -20,6 +21,9 @@ type DirWatcherConfig struct {
 	// Root: the directory holds a plug-in root CA (the layouts of
 	// LoadRootDir), not the CA's own signing material.
 	Root bool
+	// Key is the signing key when it is held outside the directory (see
+	// OpenKey); nil: the directory's key file.
+	Key crypto.Signer
 	// Apply installs newly loaded material; an error refuses it.
 	Apply func(*ca.Material) error
 	// Interval between polls (default 5s). Polling works the same for
@@ -93,7 +97,7 @@ func (w *DirWatcher) Poll() bool {
 	if w.cfg.Root {
 		load = loadRootDir
 	}
-	m, err := load(w.cfg.Dir, w.cfg.Clock.Now())
+	m, err := load(w.cfg.Dir, w.cfg.Key, w.cfg.Clock.Now())
 	if err == nil {
 		err = w.cfg.Apply(m)
 	}

@@ -16,16 +16,20 @@ import (
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
+	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
 )
 
 // serveConfig is the validated configuration of `workload-ca serve`.
 type serveConfig struct {
-	ListenAddr      string
-	TrustDomain     spiffeid.TrustDomain
-	CADir           string
-	CARootDir       string
+	ListenAddr  string
+	TrustDomain spiffeid.TrustDomain
+	CADir       string
+	CARootDir   string
+	// CAKeyURI names the signing key of CADir's certificate, or of
+	// CARootDir's root, in a KMS or HSM instead of a key file.
+	CAKeyURI        string
 	CASecret        types.NamespacedName
 	CATTL           time.Duration
 	Propagation     time.Duration
@@ -78,6 +82,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.StringVar(&td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
+	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
 	fs.StringVar(&caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
 	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
 	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
@@ -132,6 +137,8 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	switch {
 	case c.CARootDir != "" && caSecret == "":
 		return []error{errors.New("--ca-root-dir requires --ca-secret (the intermediates it issues are kept there)")}
+	case c.CAKeyURI != "" && c.CADir == "" && c.CARootDir == "":
+		return []error{errors.New("--ca-key-uri requires --ca-dir or --ca-root-dir (the directory of the key's certificate)")}
 	case (c.CADir == "") == (caSecret == ""):
 		return []error{errors.New("exactly one of --ca-dir and --ca-secret is required")}
 	case c.CADir != "":
@@ -165,6 +172,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	var err error
 	if c.IstioRootNamespaces, err = labels.Parse(rootNamespaces); err != nil {
 		errs = append(errs, fmt.Errorf("--istio-root-configmap-namespaces: %w", err))
+	}
+	if c.CAKeyURI != "" {
+		if _, err := keystore.RedactKeyURI(c.CAKeyURI); err != nil {
+			errs = append(errs, fmt.Errorf("--ca-key-uri: %w", err))
+		}
 	}
 	if c.TrustDomain, err = spiffeid.TrustDomainFromString(td); err != nil {
 		errs = append(errs, fmt.Errorf("--trust-domain: %w", err))

@@ -76,6 +76,18 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "rotation skew margin must be positive", args: []string{"--ca-secret", "ns/ca", "--rotation-skew-margin", "0s"}, wantErr: "--rotation-skew-margin"},
+		{name: "key in a KMS for ca dir", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "awskms:key-id=k1;region=eu-west-1"}, check: func(t *testing.T, c serveConfig) {
+			if c.CAKeyURI != "awskms:key-id=k1;region=eu-west-1" {
+				t.Errorf("CAKeyURI = %q", c.CAKeyURI)
+			}
+		}},
+		{name: "key in a KMS for a plug-in root", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-key-uri", "pkcs11:token=ca;id=01?pin-source=/run/pin"}, check: func(t *testing.T, c serveConfig) {
+			if c.CAKeyURI == "" || c.CARootDir != "/root-ca" {
+				t.Errorf("CAKeyURI %q, CARootDir %q", c.CAKeyURI, c.CARootDir)
+			}
+		}},
+		{name: "key URI needs the directory of its certificate", args: []string{"--ca-secret", "ns/ca", "--ca-key-uri", "awskms:key-id=k1"}, wantErr: "--ca-key-uri requires --ca-dir or --ca-root-dir"},
+		{name: "key URI must be a URI", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "/etc/ca/key.pem"}, wantErr: "--ca-key-uri"},
 		{name: "bad trust domain", args: []string{"--ca-dir", "/ca", "--trust-domain", "Not A Domain"}, wantErr: "--trust-domain"},
 		{name: "bad node agent", args: []string{"--ca-dir", "/ca", "--node-agents", "ztunnel"}, wantErr: "--node-agents"},
 		{name: "default ttl over max", args: []string{"--ca-dir", "/ca", "--default-ttl", "48h", "--max-ttl", "24h"}, wantErr: "--default-ttl"},

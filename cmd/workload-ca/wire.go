@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -95,6 +96,8 @@ type app struct {
 	// issuer is the plug-in root the rotator follows (nil without
 	// --ca-root-dir).
 	issuer func() rotation.Issuer
+	// caKey is the key of --ca-key-uri (nil: the key is a file).
+	caKey *keystore.Key
 	// caStore is the CA state Secret (--ca-secret).
 	caStore *castate.SecretStore
 	// extraChecks are readiness checks of the CA source.
@@ -111,6 +114,10 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	reg := prometheus.NewRegistry()
 	a := &app{cfg: cfg, log: log, audit: audit, reg: reg,
 		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics})}
+	if err := a.openCAKey(ctx); err != nil {
+		return err
+	}
+	defer a.closeCAKey()
 	var err error
 	if a.kube, err = kubeClient(cfg); err != nil {
 		return err
@@ -136,20 +143,60 @@ func (a *app) loadCA(ctx context.Context) error {
 	return a.loadCADir()
 }
 
-// loadCADir loads the CA from --ca-dir (generating a root there on first
-// start) and reloads it when the files change.
-func (a *app) loadCADir() error {
-	m, created, err := keystore.LoadOrCreate(a.cfg.CADir, keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain}, time.Now())
+// openCAKey opens the key of --ca-key-uri, once for the life of the
+// process: the directory it belongs to may be reloaded, the key is not.
+func (a *app) openCAKey(ctx context.Context) error {
+	if a.cfg.CAKeyURI == "" {
+		return nil
+	}
+	k, err := keystore.OpenKey(ctx, a.cfg.CAKeyURI)
 	if err != nil {
 		return err
 	}
-	if created {
-		a.log.Info("generated a self-signed root", "dir", a.cfg.CADir, "key_type", a.cfg.CAKeyType)
+	a.caKey = k
+	a.log.Info("CA key opened", "uri", k.URI, "algorithm", keyAlgorithm(k.Public()))
+	return nil
+}
+
+func (a *app) closeCAKey() {
+	if a.caKey == nil {
+		return
+	}
+	if err := a.caKey.Close(); err != nil {
+		a.log.Warn("closing the CA key", "uri", a.caKey.URI, "error", err.Error())
+	}
+}
+
+// caKeySigner is the --ca-key-uri key as the keystore loaders take it:
+// nil when the key is a file in the directory.
+func (a *app) caKeySigner() crypto.Signer {
+	if a.caKey == nil {
+		return nil
+	}
+	return a.caKey
+}
+
+// loadCADir loads the CA from --ca-dir (generating a root there on first
+// start, unless the key is in a KMS) and reloads it when the files change.
+func (a *app) loadCADir() error {
+	var m *ca.Material
+	var err error
+	if key := a.caKeySigner(); key != nil {
+		m, err = keystore.LoadDir(a.cfg.CADir, key)
+	} else {
+		var created bool
+		m, created, err = keystore.LoadOrCreate(a.cfg.CADir, keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain}, time.Now())
+		if created {
+			a.log.Info("generated a self-signed root", "dir", a.cfg.CADir, "key_type", a.cfg.CAKeyType)
+		}
+	}
+	if err != nil {
+		return err
 	}
 	if err := a.newAuthority(m); err != nil {
 		return err
 	}
-	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CADir, Interval: a.cfg.CADirPoll,
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CADir, Key: a.caKeySigner(), Interval: a.cfg.CADirPoll,
 		Apply: a.setMaterial, Logger: a.log.With("component", "ca-dir")})
 	if err != nil {
 		return err
@@ -216,7 +263,7 @@ func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material
 	if a.cfg.CARootDir == "" {
 		return func(now time.Time) (*ca.Material, error) { return keystore.GenerateRoot(opts, now) }, nil
 	}
-	root, err := keystore.LoadRootDir(a.cfg.CARootDir)
+	root, err := keystore.LoadRootDir(a.cfg.CARootDir, a.caKeySigner())
 	if err != nil {
 		return nil, err
 	}
@@ -256,7 +303,7 @@ func (a *app) watchRootDir() error {
 	if a.cfg.CARootDir == "" {
 		return nil
 	}
-	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CARootDir, Root: true,
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CARootDir, Root: true, Key: a.caKeySigner(),
 		Interval: a.cfg.CADirPoll, Apply: a.setPluginRoot, Logger: a.log.With("component", "ca-root-dir")})
 	if err != nil {
 		return err
