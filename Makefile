@@ -29,7 +29,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools chart-lint
+.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools hsm-tools chart-lint
 
 build: ## Build bin/workload-ca.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/workload-ca ./cmd/workload-ca
@@ -39,7 +39,7 @@ test: lint generate-check chart-lint unit e2e ## Everything CI runs.
 unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-e2e: build controlplane prometheus-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build controlplane prometheus-tools hsm-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
@@ -105,6 +105,13 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 prometheus-tools: ## Install promtool and prometheus (Debian package) when missing.
 	command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+
+# SoftHSM2 is the HSM the e2e suite signs with through PKCS#11
+# (--ca-key-uri pkcs11:...): Debian's softhsm2 package, installed when
+# missing.
+hsm-tools: ## Install SoftHSM2 (Debian package) when missing.
+	command -v softhsm2-util >/dev/null || { \
+		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends softhsm2; }
 
 controlplane: $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd ## Build kube-apiserver and etcd (cached by version).
 $(CP_DIR)/kube-apiserver:

@@ -173,6 +173,9 @@ func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
 	if !slices.Contains(args, "--ca-dir=/var/run/workload-ca/cacerts") || slices.ContainsFunc(args, hasPrefix("--ca-secret")) {
 		t.Errorf("plugin mode args: %v", args)
 	}
+	if !slices.Contains(args, "--ca-key-uri=awskms:key-id=0a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d;region=eu-west-1") {
+		t.Errorf("ca.keyURI is not rendered as --ca-key-uri: %v", args)
+	}
 	dep := findObject(t, objs, "Deployment")
 	vols, _, _ := unstructured.NestedSlice(dep.Object, "spec", "template", "spec", "volumes")
 	if !slices.ContainsFunc(vols, func(v any) bool {

@@ -60,6 +60,8 @@ type lcFixture struct {
 	ns     string
 	signer string
 	dir    string
+	// env is added to every replica's environment.
+	env []string
 
 	mu sync.Mutex
 	n  int // replicas started, for their work dir names
@@ -101,6 +103,7 @@ func (f *lcFixture) startReplica(ctx context.Context, workDir string, secretMode
 	return cahost.Start(ctx, cahost.Options{
 		Kubeconfig: f.s.cp.KubeconfigPath(),
 		WorkDir:    workDir,
+		Env:        f.env,
 		ExtraArgs:  append(f.args(secretMode), extra...),
 	})
 }

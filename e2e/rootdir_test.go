@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"errors"
 	"path/filepath"
 	"strings"
@@ -137,16 +136,12 @@ func TestLifecyclePluginRootReload(t *testing.T) {
 // first in root-cert.pem, then the other roots, and signing's key.
 func rootDirFiles(t *testing.T, signing *testca.CA, others ...*testca.CA) map[string][]byte {
 	t.Helper()
-	der, err := x509.MarshalPKCS8PrivateKey(signing.Key)
-	if err != nil {
-		t.Fatal(err)
-	}
 	certs := signing.CertPEM()
 	for _, o := range others {
 		certs = append(certs, o.CertPEM()...)
 	}
 	return map[string][]byte{
 		keystore.IstioRootFile:    certs,
-		keystore.IstioRootKeyFile: pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}),
+		keystore.IstioRootKeyFile: signing.KeyPEM(t),
 	}
 }

@@ -51,6 +51,8 @@ type Options struct {
 	KeepWorkDir bool
 	// ExtraArgs are appended to the serve command line (later flags win).
 	ExtraArgs []string
+	// Env is added to the CA's environment (KEY=value).
+	Env []string
 	// Log, if set, also receives the CA's output (JSON log lines).
 	Log io.Writer
 	// ReadyTimeout bounds the wait for SERVING. Default 30s.
@@ -235,7 +237,7 @@ func (c *CA) start(ctx context.Context) error {
 		out = io.MultiWriter(c.logFile, c.opts.Log)
 	}
 	began := time.Now()
-	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, ChildEnv(), out, out); err != nil {
+	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, append(ChildEnv(), c.opts.Env...), out, out); err != nil {
 		return err
 	}
 	if err := c.waitServing(ctx, logStart); err != nil {

@@ -152,6 +152,16 @@ func (c *CA) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw})
 }
 
+// KeyPEM returns c's private key PEM-encoded as PKCS#8.
+func (c *CA) KeyPEM(t testing.TB) []byte {
+	t.Helper()
+	der, err := x509.MarshalPKCS8PrivateKey(c.Key)
+	if err != nil {
+		t.Fatalf("testca: key: %v", err)
+	}
+	return pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der})
+}
+
 func randomSerial(t testing.TB) *big.Int {
 	t.Helper()
 	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 128))
