@@ -99,6 +99,9 @@ job="{{ include "workload-ca.fullname" . }}",namespace="{{ .Release.Namespace }}
 {{- if and (eq .Values.ca.mode "plugin") (not .Values.ca.plugin.secretName) }}
 {{- fail "ca.plugin.secretName is required when ca.mode is plugin" }}
 {{- end }}
+{{- if and .Values.ca.keyURI (eq .Values.ca.mode "secret") (not .Values.ca.secret.rootSecretName) }}
+{{- fail "ca.keyURI needs ca.mode plugin, or ca.secret.rootSecretName in secret mode: it is the key of that Secret's certificate" }}
+{{- end }}
 {{- if not .Values.nodeAgents }}
 {{- fail "nodeAgents must name at least one namespace/serviceaccount" }}
 {{- end }}
