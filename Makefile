@@ -29,19 +29,38 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools hsm-tools chart-lint
+.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench clean prometheus-tools hsm-tools chart-lint image
 
 build: ## Build bin/workload-ca.
 	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/workload-ca ./cmd/workload-ca
+
+# The container image, built without a container engine (deploy/image):
+# static binaries (no cgo, so no PKCS#11) for IMAGE_PLATFORMS in one OCI
+# image index, written as an OCI layout (bin/image) and, for this machine's
+# platform, as a tarball for docker/podman load; PUSH=registry/repo:tag
+# also pushes it. Same commit, same digest.
+IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
+HOST_PLATFORM   := linux/$(shell $(GO) env GOARCH)
+image: ## Build the container image (no Docker needed): bin/image (OCI layout), bin/workload-ca-image.tar; PUSH=ref pushes.
+	for p in $(IMAGE_PLATFORMS); do \
+		CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
+			-o $(BIN)/image-bin/$${p//\//-}/workload-ca ./cmd/workload-ca; \
+	done
+	$(GO) run ./deploy/image --version $(VERSION) --revision $$(git rev-parse HEAD) --created $$(git log -1 --format=%ct) \
+		$$(for p in $(IMAGE_PLATFORMS); do echo --binary $$p=$(BIN)/image-bin/$${p//\//-}/workload-ca; done) \
+		--layout $(BIN)/image $(if $(filter $(HOST_PLATFORM),$(IMAGE_PLATFORMS)),--tarball $(BIN)/workload-ca-image.tar --tarball-platform $(HOST_PLATFORM) --tag workload-ca:$(VERSION)) \
+		$(if $(PUSH),--push $(PUSH))
 
 test: lint generate-check chart-lint unit e2e ## Everything CI runs.
 
 unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	$(GO) test -race -count=1 $(UNIT_PKGS)
 
-e2e: build controlplane prometheus-tools hsm-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
+# The suite runs the image's binary too; this machine's platform is enough.
+e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
+e2e: build image controlplane prometheus-tools hsm-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
-	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK); \
+	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
