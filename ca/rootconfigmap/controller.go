@@ -207,8 +207,8 @@ func (r *run) skipReason(n *corev1.Namespace) string {
 	return ""
 }
 
-// ensure creates the ConfigMap in ns, or updates it if its roots or our
-// labels differ. Roots someone else wrote over ours are restored at most
+// ensure creates the ConfigMap in ns, or updates it if its roots, their
+// stamp or our labels differ. Roots someone else wrote over ours are restored at most
 // once per RepairInterval (see repair).
 func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
 	cur, err := r.cachedConfigMap(ns)
@@ -224,11 +224,11 @@ func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
 			return result, err
 		}
 	}
-	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) {
+	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) && contest.Stamped(cur.Annotations, content) {
 		r.written.Wrote(ns, content)
 		return ResultUnchanged, nil
 	}
-	if r.written.Edited(ns, cur.Data[DataKey]) {
+	if r.written.Edited(ns, cur.Data[DataKey], cur.Annotations) {
 		return r.repair(ctx, cur, content)
 	}
 	result, err := r.update(ctx, cur, content)
@@ -308,8 +308,9 @@ func namespaceGone(err error) bool {
 
 func (r *run) create(ctx context.Context, ns, content string) error {
 	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: maps.Clone(r.p.labels)},
-		Data:       map[string]string{DataKey: content},
+		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: maps.Clone(r.p.labels),
+			Annotations: contest.Stamp(nil, content)},
+		Data: map[string]string{DataKey: content},
 	}
 	if _, err := r.p.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
 		return fmt.Errorf("create ConfigMap %s/%s: %w", ns, ConfigMapName, err)
@@ -318,11 +319,12 @@ func (r *run) create(ctx context.Context, ns, content string) error {
 	return nil
 }
 
-// update writes content and our labels over cur, keeping other data keys
-// and labels. A ConfigMap someone else published (e.g. istiod) is adopted
-// this way.
+// update writes content, its stamp and our labels over cur, keeping other
+// data keys, labels and annotations. A ConfigMap someone else published
+// (e.g. istiod) is adopted this way.
 func (r *run) update(ctx context.Context, cur *corev1.ConfigMap, content string) (string, error) {
 	cm := cur.DeepCopy()
+	cm.Annotations = contest.Stamp(cm.Annotations, content)
 	if cm.Data == nil {
 		cm.Data = make(map[string]string, 1)
 	}

@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/internal/contest"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")
@@ -27,10 +28,14 @@ func mustContent(t testing.TB, roots ...*x509.Certificate) string {
 
 // configMap builds our ConfigMap in ns with data and labels.
 func configMap(ns string, data, labels map[string]string) *corev1.ConfigMap {
-	return &corev1.ConfigMap{
+	cm := &corev1.ConfigMap{
 		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: labels},
 		Data:       data,
 	}
+	if labels[LabelManagedBy] == ManagedBy { // we wrote it
+		cm.Annotations = contest.Stamp(nil, data[DataKey])
+	}
+	return cm
 }
 
 // namespace builds an active namespace with labels.

@@ -102,7 +102,7 @@ func TestReconcile(t *testing.T) {
 				with(ours, "team", "mesh"))},
 			writes: []string{"update"}, result: ResultUpdated},
 		{name: "root-cert.pem in binaryData: moved to data", ns: namespace("app", nil),
-			cached: []*corev1.ConfigMap{{ObjectMeta: right.ObjectMeta,
+			cached: []*corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: "app", Labels: ours},
 				BinaryData: map[string][]byte{DataKey: []byte(other), "bin": {1}}}},
 			want: []*corev1.ConfigMap{{ObjectMeta: right.ObjectMeta, Data: right.Data,
 				BinaryData: map[string][]byte{"bin": {1}}}},
@@ -371,4 +371,30 @@ func TestReconcileContested(t *testing.T) {
 	}
 	rs.Set(roots[2])
 	reconcile(ResultUpdated)
+
+	// A new leader has no history, but the stamp its predecessor left says
+	// what was written: another writer's edit is still repaired, and a
+	// change of our own roots is still an update.
+	leader := func() *run {
+		t.Helper()
+		next := newRun(r.p)
+		cm, err := client.CoreV1().ConfigMaps("app").Get(ctx, ConfigMapName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(next.namespaces.Add(namespace("app", nil)), next.configMaps.Add(cm)); err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+	rival(false)
+	if result, err := leader().reconcile(ctx, "app"); err != nil || result != ResultRepaired {
+		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, ResultRepaired)
+	}
+	holds(mustContent(t, roots[2]))
+	rs.Set(roots[0])
+	if result, err := leader().reconcile(ctx, "app"); err != nil || result != ResultUpdated {
+		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, ResultUpdated)
+	}
+	holds(ours)
 }

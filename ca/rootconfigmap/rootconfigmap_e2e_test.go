@@ -92,6 +92,9 @@ func TestE2E(t *testing.T) {
 			}
 			stop()
 		}},
+		{"a new leader tells a rival's edit from its predecessor's write", func(t *testing.T) {
+			testNewLeader(t, user, admin, rs.Get, roots[2], log)
+		}},
 		{"a namespace not selected gets none", func(t *testing.T) {
 			testSelector(t, cp, user, roots[2])
 		}},
@@ -181,6 +184,41 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 	}
 	if rec.Count(ResultDeferred) == 0 || rec.Count(ResultRepaired) != repaired+2 {
 		t.Errorf("deferred %d, repaired %d times; want the second repair deferred", rec.Count(ResultDeferred), rec.Count(ResultRepaired)-repaired)
+	}
+}
+
+// testNewLeader has the rival write its root into alpha's ConfigMap while
+// no publisher runs, then starts a new one, without its predecessor's
+// history: the stamp on the ConfigMap tells it the roots there are not the
+// ones last published, so it repairs them (and names the rival) instead
+// of taking them for its predecessor's. Every other namespace, stamped
+// with the current roots, is left unchanged.
+func testNewLeader(t *testing.T, user, admin kubernetes.Interface, roots func() []*x509.Certificate, rivalRoot *x509.Certificate, log *slog.Logger) {
+	cms := admin.CoreV1().ConfigMaps("alpha")
+	cm, err := cms.Get(t.Context(), ConfigMapName, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cm.Data[DataKey] = mustContent(t, rivalRoot)
+	if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
+		t.Fatal(err)
+	}
+	rec := &testobs.Results{}
+	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: roots, Observer: rec, Logger: log, RepairInterval: contestInterval})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := startRun(t, p)
+	defer stop()
+	waitRoots(t, admin, "alpha", roots()...)
+	if n := rec.Count(ResultRepaired); n != 1 {
+		t.Errorf("%d repairs counted, want 1 (the rival's edit)", n)
+	}
+	testwait.Eventually(t, "every namespace reconciled", func() bool {
+		return rec.Count(ResultUnchanged)+rec.Count(ResultSkipped) >= len(namespaceNames(t, admin))-1
+	})
+	if n := rec.Count(ResultUpdated); n != 0 {
+		t.Errorf("%d updates counted, want none: the other ConfigMaps hold the current roots", n)
 	}
 }
 

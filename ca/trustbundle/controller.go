@@ -116,8 +116,8 @@ func (r *run) reconcile(ctx context.Context, signer string) (string, error) {
 	return result, nil
 }
 
-// ensure creates bundle name, or updates it if its content or our labels
-// differ. Labels others added are kept. Content someone else wrote over
+// ensure creates bundle name, or updates it if its content, its stamp or
+// our labels differ. Labels others added are kept. Content someone else wrote over
 // ours is restored at most once per RepairInterval (see repair).
 func (r *run) ensure(ctx context.Context, t target, name, content string) (string, error) {
 	cur, err := r.get(t.signer, name)
@@ -133,11 +133,11 @@ func (r *run) ensure(ctx context.Context, t target, name, content string) (strin
 			return ResultCreated, nil
 		}
 	}
-	if cur.Spec.TrustBundle == content && hasLabels(cur.Labels, r.p.labels) {
+	if cur.Spec.TrustBundle == content && hasLabels(cur.Labels, r.p.labels) && contest.Stamped(cur.Annotations, content) {
 		r.written.Wrote(name, content)
 		return ResultUnchanged, nil
 	}
-	if r.written.Edited(name, cur.Spec.TrustBundle) {
+	if r.written.Edited(name, cur.Spec.TrustBundle, cur.Annotations) {
 		return r.repair(ctx, t, cur, content)
 	}
 	if err := r.update(ctx, cur, content); err != nil {
@@ -198,7 +198,7 @@ func (r *run) repair(ctx context.Context, t target, cur *certv1.ClusterTrustBund
 
 func (r *run) create(ctx context.Context, t target, name, content string) error {
 	b := &certv1.ClusterTrustBundle{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: maps.Clone(r.p.labels)},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: maps.Clone(r.p.labels), Annotations: contest.Stamp(nil, content)},
 		Spec:       certv1.ClusterTrustBundleSpec{SignerName: t.signer, TrustBundle: content},
 	}
 	if err := r.api.create(ctx, b); err != nil {
@@ -208,10 +208,12 @@ func (r *run) create(ctx context.Context, t target, name, content string) error 
 	return nil
 }
 
-// update writes content and our labels over cur, keeping other labels.
+// update writes content, its stamp and our labels over cur, keeping other
+// labels and annotations.
 func (r *run) update(ctx context.Context, cur *certv1.ClusterTrustBundle, content string) error {
 	b := cur.DeepCopy()
 	b.Spec.TrustBundle = content
+	b.Annotations = contest.Stamp(b.Annotations, content)
 	if b.Labels == nil {
 		b.Labels = make(map[string]string, len(r.p.labels))
 	}

@@ -8,6 +8,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/workload-ca/workload-ca/internal/contest"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")
@@ -29,10 +31,14 @@ func hashedName(content string) string {
 
 // bundle builds a ClusterTrustBundle.
 func bundle(name, signer, content string, labels map[string]string) *certv1.ClusterTrustBundle {
-	return &certv1.ClusterTrustBundle{
+	b := &certv1.ClusterTrustBundle{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
 		Spec:       certv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: content},
 	}
+	if labels[LabelManagedBy] == ManagedBy { // we wrote it
+		b.Annotations = contest.Stamp(nil, content)
+	}
+	return b
 }
 
 // startRun runs p in the background until the test ends; Run must then

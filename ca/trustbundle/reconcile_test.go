@@ -370,4 +370,30 @@ func TestReconcileContested(t *testing.T) {
 	sync()
 	rs.Set(roots[2])
 	reconcile(ResultUpdated)
+
+	// A new leader has no history, but the stamp its predecessor left says
+	// what was written: another writer's edit is still repaired, and a
+	// change of our own roots is still an update.
+	leader := func() *run {
+		t.Helper()
+		next := newRun(r.p, v1API(client))
+		b, err := bundles.Get(ctx, IstioBundleName, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := next.stores[IstioSignerName].Add(b); err != nil {
+			t.Fatal(err)
+		}
+		return next
+	}
+	rival()
+	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != ResultRepaired {
+		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, ResultRepaired)
+	}
+	holds(mustContent(t, roots[2]))
+	rs.Set(roots[0])
+	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != ResultUpdated {
+		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, ResultUpdated)
+	}
+	holds(ours)
 }

@@ -10,10 +10,17 @@
 // repairs it, at most once per interval per key, and says who the other
 // writer is (from the object's managed fields) so that an operator can
 // turn one of the two off.
+//
+// The publisher also stamps what it writes (Annotation: the content's
+// hash), so that a replica without history, a new leader after a
+// failover, tells another writer's edit from its predecessor's write.
 package contest
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -26,11 +33,36 @@ import (
 // another writer changed it.
 const DefaultInterval = time.Minute
 
+// Annotation is the stamp a publisher puts on what it writes: the
+// SHA-256 of the content, hex. Content that does not match its stamp was
+// written by someone else since (one who kept the annotations, as every
+// read-modify-write client does).
+const Annotation = "workload-ca.io/published-sha256"
+
+// Stamp returns a copy of annotations with content's stamp.
+func Stamp(annotations map[string]string, content string) map[string]string {
+	out := maps.Clone(annotations)
+	if out == nil {
+		out = make(map[string]string, 1)
+	}
+	out[Annotation] = digest(content)
+	return out
+}
+
+// Stamped reports whether annotations carry content's stamp.
+func Stamped(annotations map[string]string, content string) bool {
+	return annotations[Annotation] == digest(content)
+}
+
+func digest(content string) string {
+	sum := sha256.Sum256([]byte(content))
+	return hex.EncodeToString(sum[:])
+}
+
 // Tracker remembers, per key, the content last written and when a
 // contested edit was last repaired. It is safe for concurrent use. A
-// Tracker lives as long as one run of a publisher: a new leader starts
-// without history, and so cannot tell the first edit from a change of
-// its own roots.
+// Tracker lives as long as one run of a publisher; a new leader's starts
+// empty, and Edited then relies on the stamp the last writer left.
 type Tracker struct {
 	clock    clock.PassiveClock
 	interval time.Duration
@@ -64,10 +96,15 @@ func (t *Tracker) Forget(key string) {
 	delete(t.repaired, key)
 }
 
-// Edited reports whether key, found holding current, was changed by
-// someone else since this Tracker's last write to it. Without a write
-// recorded it reports false.
-func (t *Tracker) Edited(key, current string) bool {
+// Edited reports whether key, found holding current with annotations,
+// was changed by someone else since the publisher last wrote it: current
+// is not what the stamp says was written, or, without a stamp (another
+// writer dropped it), not what this Tracker last wrote. With neither it
+// reports false: nothing tells.
+func (t *Tracker) Edited(key, current string, annotations map[string]string) bool {
+	if _, ok := annotations[Annotation]; ok {
+		return !Stamped(annotations, current)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	w, ok := t.written[key]

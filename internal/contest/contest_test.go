@@ -17,22 +17,42 @@ func TestTrackerEdited(t *testing.T) {
 	tr.Wrote("b", "new")
 	tr.Wrote("c", "ours")
 	tr.Forget("c")
+	other := map[string]string{"team": "mesh"}
 	tests := []struct {
 		name, key, current string
+		annotations        map[string]string
 		want               bool
 	}{
-		{"holds what we wrote", "a", "ours", false},
-		{"holds something else", "a", "theirs", true},
-		{"holds what we wrote before our last write", "b", "old", true},
-		{"never written: cannot tell", "z", "theirs", false},
-		{"forgotten: cannot tell", "c", "theirs", false},
+		{"holds what we wrote", "a", "ours", nil, false},
+		{"holds something else", "a", "theirs", nil, true},
+		{"holds what we wrote before our last write", "b", "old", nil, true},
+		{"never written: cannot tell", "z", "theirs", other, false},
+		{"forgotten: cannot tell", "c", "theirs", nil, false},
+		{"no history, stamp matches: a predecessor wrote it", "z", "ours", Stamp(other, "ours"), false},
+		{"no history, stamp differs: edited since", "z", "theirs", Stamp(other, "ours"), true},
+		{"the stamp outranks history: another replica wrote since", "a", "newer", Stamp(nil, "newer"), false},
+		{"a garbled stamp is no match", "z", "ours", map[string]string{Annotation: "not-a-hash"}, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := tr.Edited(tt.key, tt.current); got != tt.want {
-				t.Errorf("Edited(%q, %q) = %v, want %v", tt.key, tt.current, got, tt.want)
+			if got := tr.Edited(tt.key, tt.current, tt.annotations); got != tt.want {
+				t.Errorf("Edited(%q, %q, %v) = %v, want %v", tt.key, tt.current, tt.annotations, got, tt.want)
 			}
 		})
+	}
+}
+
+func TestStamp(t *testing.T) {
+	in := map[string]string{"team": "mesh"}
+	out := Stamp(in, "roots")
+	if _, ok := in[Annotation]; ok {
+		t.Fatal("Stamp changed its argument")
+	}
+	if out["team"] != "mesh" || !Stamped(out, "roots") || Stamped(out, "other roots") || Stamped(nil, "roots") {
+		t.Fatalf("Stamp(%v) = %v", in, out)
+	}
+	if got := Stamp(nil, "")[Annotation]; got != "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" {
+		t.Fatalf("stamp of nothing %q, want SHA-256 of the empty string", got)
 	}
 }
 
