@@ -194,11 +194,13 @@ func TestHSMRootKey(t *testing.T) {
 	}
 }
 
-// requestOnce asks ca for demo/web as ztunnel on node-a, trusting root.
-func requestOnce(t *testing.T, ca *cahost.CA, root *x509.Certificate) *caclient.Result {
+// requestOnce asks ca for demo/web as ztunnel on node-a, trusting roots.
+func requestOnce(t *testing.T, ca *cahost.CA, roots ...*x509.Certificate) *caclient.Result {
 	t.Helper()
 	pool := x509.NewCertPool()
-	pool.AddCert(root)
+	for _, r := range roots {
+		pool.AddCert(r)
+	}
 	client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: pool, ServerName: cahost.ServerName})
 	if err != nil {
 		t.Fatal(err)

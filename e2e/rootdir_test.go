@@ -5,7 +5,9 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -129,6 +131,84 @@ func TestLifecyclePluginRootReload(t *testing.T) {
 	})
 	if ca.Exited() || ca.Pid() != pid {
 		t.Errorf("the CA restarted (pid %d, was %d; exited %v)", ca.Pid(), pid, ca.Exited())
+	}
+}
+
+// TestLifecyclePluginRootFailover: the leader sees a new signing root in
+// --ca-root-dir and records when in the CA Secret; a second replica starts
+// seconds later and takes over when the leader stops. The new leader
+// counts the propagation delay from the recorded sighting, not from its
+// own later one: both log the same trusted_from, and leaves move to the
+// new root's intermediate no sooner than the delay after the root was
+// written, and well before the delay after the new leader started.
+func TestLifecyclePluginRootFailover(t *testing.T) {
+	f := newLCFixture(t, "rootfail")
+	old, next := testca.NewRoot(t, testca.P256), testca.NewRoot(t, testca.P256)
+	vol := &volumeDir{dir: filepath.Join(f.dir, "root")}
+	vol.write(t, rootDirFiles(t, old))
+	const (
+		propagation = 12 * time.Second
+		lateStart   = 5 * time.Second // the second replica's sightings come this much later
+	)
+	args := []string{"--ca-root-dir", vol.dir, "--ca-dir-poll-interval", "200ms", "--rotation-propagation-delay", propagation.String(),
+		"--leader-election-lease-duration", "4s", "--leader-election-renew-deadline", "3s", "--leader-election-retry-period", "500ms"}
+	first := f.start(t, args...)
+	theLeader(t, []*cahost.CA{first})
+	recorded := func(ca *cahost.CA, roots int) (trustedFrom string) {
+		t.Helper()
+		err := pollUntil(t, lcWait, func() (bool, error) {
+			for _, line := range logLines(ca, "plug-in roots recorded", fmt.Sprintf(`"roots":%d`, roots)) {
+				var rec struct {
+					TrustedFrom string `json:"trusted_from"`
+				}
+				if err := json.Unmarshal([]byte(line), &rec); err != nil {
+					return false, err
+				}
+				trustedFrom = rec.TrustedFrom
+			}
+			return trustedFrom != "", nil
+		})
+		if err != nil {
+			t.Fatalf("no record of %d plug-in roots logged: %v", roots, err)
+		}
+		return trustedFrom
+	}
+	recorded(first, 1)
+
+	changed := time.Now()
+	vol.write(t, rootDirFiles(t, next, old))
+	want := recorded(first, 2)
+	time.Sleep(time.Until(changed.Add(lateStart)))
+	second, err := f.startReplica(t.Context(), "", true, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.stopAtCleanup(t, second)
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	theLeader(t, []*cahost.CA{second})
+	if got := recorded(second, 2); got != want {
+		t.Errorf("the new leader's root is trusted from %s, want %s: the first leader's record", got, want)
+	}
+
+	var moved time.Time
+	err = pollUntil(t, 2*propagation, func() (bool, error) {
+		res := requestOnce(t, second, old.Cert, next.Cert)
+		if len(res.Chain) == 1 && res.Chain[0].CheckSignatureFrom(next.Cert) == nil {
+			moved = time.Now()
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("no leaf from an intermediate of the new root: %v", err)
+	}
+	switch d := moved.Sub(changed); {
+	case d < propagation:
+		t.Errorf("the new root signed %v after it was written, before the %v propagation delay", d, propagation)
+	case d >= propagation+lateStart-time.Second:
+		t.Errorf("the new root signed %v after it was written: the new leader counted the delay from its own start", d)
 	}
 }
 

@@ -33,13 +33,19 @@
 //	               "retiringSince": "..."}, ...]}   oldest first
 //	root-cert.pem  every authority's certificate (the trust bundle)
 //	ca.crt         the same bundle
+//	roots-seen.json  with a plug-in root: {"version": 1, "roots":
+//	               [{"sha256": "<hex of the DER>", "firstSeen": "<RFC 3339>"}]},
+//	               when a leader first saw each root of the plug-in
+//	               bundle (SecretStore.RootsSeen)
 //
 // With intermediates, ca-state.json also has "kind": "intermediates" (a
 // replica that predates kinds refuses it as an unknown field, rather than
 // take intermediates for roots), and root-cert.pem and ca.crt are not
 // written.
 //
-// Only ca-state.json is read; the other two are conveniences for tools
+// The state is read from ca-state.json only; roots-seen.json is a
+// separate key so that replicas without it keep reading the state.
+// root-cert.pem and ca.crt are conveniences for tools
 // that expect the Istio or cert-manager layout, and hold every root
 // because a consumer that trusted only the signing root would break at
 // each rotation. Other keys and labels someone adds are kept. Decode is

@@ -63,8 +63,9 @@
 // waiting for the scheduled rotation (see PlanUnder): it prepares an
 // intermediate of the new root at once and activates it when the new
 // root has been in the bundle for PropagationDelay, as the caller
-// measures it (Config.Issuer; the CA counts from when its replica first
-// saw the root in the directory, so a restart counts again). Once no
+// measures it (Config.Issuer; the CA counts from when a leader first saw
+// the root in the directory, as recorded in the CA Secret, so a restart or
+// a failover does not count again). Once no
 // intermediate of the old root is left in the state, the operator removes
 // the old root.
 //

@@ -1,20 +1,25 @@
 package main
 
 import (
-	"crypto/sha256"
 	"crypto/x509"
+	"maps"
 	"sync"
 	"time"
+
+	"github.com/workload-ca/workload-ca/ca/castate"
 )
 
-// rootsSeen remembers when this process first saw each root of the
-// plug-in bundle, to time the move to a new signing root: the rotator
-// activates its intermediates only after the propagation delay counted
-// from then (rotation.Issuer). A root that leaves the bundle is forgotten,
-// so one that comes back counts again.
+// rootsSeen remembers when each root of the plug-in bundle was first
+// seen, to time the move to a new signing root: the rotator activates its
+// intermediates only after the propagation delay counted from then
+// (rotation.Issuer). This process's own sightings count until the leader's
+// record in the Secret (castate.SecretStore.RootsSeen) is adopted, which
+// then wins: it dates the root from when a leader first published it, even
+// across restarts and failovers. A root that leaves the bundle is
+// forgotten, so one that comes back counts again.
 type rootsSeen struct {
 	mu sync.Mutex
-	at map[[sha256.Size]byte]time.Time
+	at map[castate.RootDigest]time.Time
 }
 
 // observe records the bundle roots as seen at now, keeping the first
@@ -22,9 +27,9 @@ type rootsSeen struct {
 func (r *rootsSeen) observe(roots []*x509.Certificate, now time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	at := make(map[[sha256.Size]byte]time.Time, len(roots))
+	at := make(map[castate.RootDigest]time.Time, len(roots))
 	for _, c := range roots {
-		k := sha256.Sum256(c.Raw)
+		k := castate.DigestOf(c)
 		if t, ok := r.at[k]; ok {
 			at[k] = t
 		} else {
@@ -39,8 +44,19 @@ func (r *rootsSeen) observe(roots []*x509.Certificate, now time.Time) {
 func (r *rootsSeen) since(c *x509.Certificate, now time.Time) time.Time {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if t, ok := r.at[sha256.Sum256(c.Raw)]; ok {
+	if t, ok := r.at[castate.DigestOf(c)]; ok {
 		return t
 	}
 	return now
+}
+
+// adopt takes the leader's record for the roots it holds, over this
+// process's own sightings.
+func (r *rootsSeen) adopt(record map[castate.RootDigest]time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.at == nil {
+		r.at = make(map[castate.RootDigest]time.Time, len(record))
+	}
+	maps.Copy(r.at, record)
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
@@ -33,5 +34,27 @@ func TestRootsSeen(t *testing.T) {
 				t.Errorf("since = %v, want %v", got, tt.want)
 			}
 		})
+	}
+}
+
+// The leader's record wins over this process's sightings, for the roots
+// it holds; a root outside it keeps its own sighting.
+func TestRootsSeenAdopt(t *testing.T) {
+	t0 := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	roots := testca.RootCerts(t, 2)
+	a, b := roots[0], roots[1]
+	var seen rootsSeen
+	seen.observe([]*x509.Certificate{a, b}, t0.Add(time.Hour))
+	seen.adopt(map[castate.RootDigest]time.Time{castate.DigestOf(a): t0})
+	if got := seen.since(a, t0.Add(2*time.Hour)); !got.Equal(t0) {
+		t.Errorf("a: since %v, want the record's %v", got, t0)
+	}
+	if got := seen.since(b, t0.Add(2*time.Hour)); !got.Equal(t0.Add(time.Hour)) {
+		t.Errorf("b: since %v, want its own sighting", got)
+	}
+	var empty rootsSeen
+	empty.adopt(map[castate.RootDigest]time.Time{castate.DigestOf(b): t0})
+	if got := empty.since(b, t0.Add(time.Hour)); !got.Equal(t0) {
+		t.Errorf("record before any sighting: since %v, want %v", got, t0)
 	}
 }

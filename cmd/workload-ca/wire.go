@@ -89,8 +89,10 @@ type app struct {
 	// directory changes), which issues the intermediates; nil otherwise.
 	pluginRoot atomic.Pointer[ca.Material]
 	// pluginRootsSeen times the plug-in bundle's roots, for the move to a
-	// new signing root.
-	pluginRootsSeen rootsSeen
+	// new signing root; pluginRootChanged wakes the leader's record of
+	// them (recordRootsSeen).
+	pluginRootsSeen   rootsSeen
+	pluginRootChanged chan struct{}
 	// rotator rotates the CA state of --ca-secret (on the leader).
 	rotator *rotation.Rotator
 	// issuer is the plug-in root the rotator follows (nil without
@@ -112,7 +114,7 @@ type app struct {
 // serve wires the CA and runs it until ctx ends.
 func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error {
 	reg := prometheus.NewRegistry()
-	a := &app{cfg: cfg, log: log, audit: audit, reg: reg,
+	a := &app{cfg: cfg, log: log, audit: audit, reg: reg, pluginRootChanged: make(chan struct{}, 1),
 		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics})}
 	if err := a.openCAKey(ctx); err != nil {
 		return err
@@ -247,6 +249,9 @@ func (a *app) loadCASecret(ctx context.Context) error {
 	a.onMaterial = append(a.onMaterial, rot.Notify)
 	a.replicaTasks = append(a.replicaTasks, func(ctx context.Context) error { return store.Run(ctx, a.followState) })
 	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "rotation", run: rot.Run})
+	if a.cfg.CARootDir != "" {
+		a.leaderTasks = append(a.leaderTasks, leaderTask{name: "roots-seen", run: a.recordRootsSeen})
+	}
 	a.phase = func() string { return store.Current().Phase() }
 	a.extraChecks = append(a.extraChecks, admin.Check{Name: "ca-secret", Check: func(context.Context) error {
 		return syncedErr(store.HasSynced())
@@ -331,9 +336,49 @@ func (a *app) setPluginRoot(root *ca.Material) error {
 		a.log.Info("new plug-in signing root: the leader moves to intermediates it issues once every verifier trusts it",
 			"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "trusted_from", a.issuer().TrustedFrom)
 	}
+	// On the leader, record the new bundle's roots in the Secret.
+	select {
+	case a.pluginRootChanged <- struct{}{}:
+	default:
+	}
 	// SetRoots woke the rotator before the new root was stored here.
 	a.rotator.Notify()
 	return nil
+}
+
+// recordRootsSeen runs on the leader with --ca-root-dir: it records when
+// the plug-in bundle's roots were first seen (by this leader, or kept from
+// a predecessor's record) in the CA Secret, and times the move to a new
+// signing root from that record, again whenever the directory changes. A
+// new leader thus counts the propagation delay from when the root was
+// first published, not from its own start. Until the record is read, and
+// if it cannot be written, this process's own sightings count: never
+// earlier than a leader's, since every replica watches the same directory.
+func (a *app) recordRootsSeen(ctx context.Context) error {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.pluginRootChanged:
+		case <-retry.C:
+		}
+		root := a.pluginRoot.Load()
+		record, err := a.caStore.RootsSeen(ctx, root.Roots, time.Now())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Warn("recording when the plug-in roots were first seen; the leader's own sightings count meanwhile", "error", err.Error())
+			retry.Reset(5 * time.Second)
+			continue
+		}
+		a.pluginRootsSeen.adopt(record)
+		a.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
+			"trusted_from", a.issuer().TrustedFrom)
+		a.rotator.Notify()
+	}
 }
 
 // followState installs the material of a new CA state seen in the Secret.
