@@ -11,9 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
-
-	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
@@ -112,7 +109,7 @@ func TestHSMKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.stopAtCleanup(t, ca)
-	res := requestOnce(t, ca, root.Cert)
+	res := requestFrom(t, ca, f.s.ztunnelA, id("demo", "web"))
 	if err := verifiesWith(res.Leaf, res.Chain, []*x509.Certificate{root.Cert}, time.Now()); err != nil {
 		t.Fatalf("leaf does not verify against the root: %v", err)
 	}
@@ -185,35 +182,13 @@ func TestHSMRootKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.stopAtCleanup(t, ca)
-	res := requestOnce(t, ca, root.Cert)
+	res := requestFrom(t, ca, f.s.ztunnelA, id("demo", "web"))
 	if err := verifiesWith(res.Leaf, res.Chain, []*x509.Certificate{root.Cert}, time.Now()); err != nil {
 		t.Fatalf("leaf does not verify against the root: %v", err)
 	}
 	if len(res.Chain) != 1 || res.Chain[0].CheckSignatureFrom(root.Cert) != nil {
 		t.Fatalf("want one intermediate signed by the HSM root key, got %d certificates", len(res.Chain))
 	}
-}
-
-// requestOnce asks ca for demo/web as ztunnel on node-a, trusting roots.
-func requestOnce(t *testing.T, ca *cahost.CA, roots ...*x509.Certificate) *caclient.Result {
-	t.Helper()
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
-	client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: pool, ServerName: cahost.ServerName})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-	defer cancel()
-	res, err := client.CreateCertificate(ctx, caclient.Request{Token: suiteFor(t).ztunnelA,
-		Identity: spiffeid.RequireFromString(id("demo", "web")), Impersonate: true})
-	if err != nil {
-		t.Fatalf("request: %v", err)
-	}
-	return res
 }
 
 func writeFiles(t *testing.T, dir string, files map[string][]byte) {

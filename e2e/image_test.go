@@ -69,7 +69,7 @@ func TestImage(t *testing.T) {
 	if err != nil || len(roots) != 1 {
 		t.Fatalf("root-cert.pem: %d certificates, %v", len(roots), err)
 	}
-	res := requestOnce(t, ca, roots[0])
+	res := requestFrom(t, ca, f2.s.ztunnelA, id("demo", "web"))
 	if err := verifiesWith(res.Leaf, res.Chain, roots, time.Now()); err != nil {
 		t.Fatalf("leaf from the image's CA does not verify: %v", err)
 	}

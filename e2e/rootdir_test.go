@@ -194,7 +194,7 @@ func TestLifecyclePluginRootFailover(t *testing.T) {
 
 	var moved time.Time
 	err = pollUntil(t, 2*propagation, func() (bool, error) {
-		res := requestOnce(t, second, old.Cert, next.Cert)
+		res := requestFrom(t, second, f.s.ztunnelA, id("demo", "web"))
 		if len(res.Chain) == 1 && res.Chain[0].CheckSignatureFrom(next.Cert) == nil {
 			moved = time.Now()
 			return true, nil

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -17,6 +18,8 @@ import (
 	_ "go.step.sm/crypto/kms/cloudkms"
 	_ "go.step.sm/crypto/kms/pkcs11"
 	_ "golang.org/x/crypto/x509roots/fallback"
+
+	"github.com/workload-ca/workload-ca/ca/keystore"
 )
 
 // keyAlgorithm names a public key's algorithm for logs, e.g. ecdsa-P-256.
@@ -30,4 +33,37 @@ func keyAlgorithm(pub crypto.PublicKey) string {
 		return "ed25519"
 	}
 	return fmt.Sprintf("%T", pub)
+}
+
+// openCAKey opens the key of --ca-key-uri, once for the life of the
+// process: the directory it belongs to may be reloaded, the key is not.
+func (a *app) openCAKey(ctx context.Context) error {
+	if a.cfg.CAKeyURI == "" {
+		return nil
+	}
+	k, err := keystore.OpenKey(ctx, a.cfg.CAKeyURI)
+	if err != nil {
+		return err
+	}
+	a.caKey = k
+	a.log.Info("CA key opened", "uri", k.URI, "algorithm", keyAlgorithm(k.Public()))
+	return nil
+}
+
+func (a *app) closeCAKey() {
+	if a.caKey == nil {
+		return
+	}
+	if err := a.caKey.Close(); err != nil {
+		a.log.Warn("closing the CA key", "uri", a.caKey.URI, "error", err.Error())
+	}
+}
+
+// caKeySigner is the --ca-key-uri key as the keystore loaders take it:
+// nil when the key is a file in the directory.
+func (a *app) caKeySigner() crypto.Signer {
+	if a.caKey == nil {
+		return nil
+	}
+	return a.caKey
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/x509"
 	"maps"
 	"sync"
@@ -59,4 +60,39 @@ func (r *rootsSeen) adopt(record map[castate.RootDigest]time.Time) {
 		r.at = make(map[castate.RootDigest]time.Time, len(record))
 	}
 	maps.Copy(r.at, record)
+}
+
+// recordRootsSeen runs on the leader with --ca-root-dir: it records when
+// the plug-in bundle's roots were first seen (by this leader, or kept from
+// a predecessor's record) in the CA Secret, and times the move to a new
+// signing root from that record, again whenever the directory changes. A
+// new leader thus counts the propagation delay from when the root was
+// first published, not from its own start. Until the record is read, and
+// if it cannot be written, this process's own sightings count: never
+// earlier than a leader's, since every replica watches the same directory.
+func (a *app) recordRootsSeen(ctx context.Context) error {
+	retry := time.NewTimer(0)
+	defer retry.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-a.pluginRootChanged:
+		case <-retry.C:
+		}
+		root := a.pluginRoot.Load()
+		record, err := a.caStore.RootsSeen(ctx, root.Roots, time.Now())
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			a.log.Warn("recording when the plug-in roots were first seen; the leader's own sightings count meanwhile", "error", err.Error())
+			retry.Reset(5 * time.Second)
+			continue
+		}
+		a.pluginRootsSeen.adopt(record)
+		a.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
+			"trusted_from", a.issuer().TrustedFrom)
+		a.rotator.Notify()
+	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -143,39 +142,6 @@ func (a *app) loadCA(ctx context.Context) error {
 		return a.loadCASecret(ctx)
 	}
 	return a.loadCADir()
-}
-
-// openCAKey opens the key of --ca-key-uri, once for the life of the
-// process: the directory it belongs to may be reloaded, the key is not.
-func (a *app) openCAKey(ctx context.Context) error {
-	if a.cfg.CAKeyURI == "" {
-		return nil
-	}
-	k, err := keystore.OpenKey(ctx, a.cfg.CAKeyURI)
-	if err != nil {
-		return err
-	}
-	a.caKey = k
-	a.log.Info("CA key opened", "uri", k.URI, "algorithm", keyAlgorithm(k.Public()))
-	return nil
-}
-
-func (a *app) closeCAKey() {
-	if a.caKey == nil {
-		return
-	}
-	if err := a.caKey.Close(); err != nil {
-		a.log.Warn("closing the CA key", "uri", a.caKey.URI, "error", err.Error())
-	}
-}
-
-// caKeySigner is the --ca-key-uri key as the keystore loaders take it:
-// nil when the key is a file in the directory.
-func (a *app) caKeySigner() crypto.Signer {
-	if a.caKey == nil {
-		return nil
-	}
-	return a.caKey
 }
 
 // loadCADir loads the CA from --ca-dir (generating a root there on first
@@ -344,41 +310,6 @@ func (a *app) setPluginRoot(root *ca.Material) error {
 	// SetRoots woke the rotator before the new root was stored here.
 	a.rotator.Notify()
 	return nil
-}
-
-// recordRootsSeen runs on the leader with --ca-root-dir: it records when
-// the plug-in bundle's roots were first seen (by this leader, or kept from
-// a predecessor's record) in the CA Secret, and times the move to a new
-// signing root from that record, again whenever the directory changes. A
-// new leader thus counts the propagation delay from when the root was
-// first published, not from its own start. Until the record is read, and
-// if it cannot be written, this process's own sightings count: never
-// earlier than a leader's, since every replica watches the same directory.
-func (a *app) recordRootsSeen(ctx context.Context) error {
-	retry := time.NewTimer(0)
-	defer retry.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-a.pluginRootChanged:
-		case <-retry.C:
-		}
-		root := a.pluginRoot.Load()
-		record, err := a.caStore.RootsSeen(ctx, root.Roots, time.Now())
-		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			a.log.Warn("recording when the plug-in roots were first seen; the leader's own sightings count meanwhile", "error", err.Error())
-			retry.Reset(5 * time.Second)
-			continue
-		}
-		a.pluginRootsSeen.adopt(record)
-		a.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
-			"trusted_from", a.issuer().TrustedFrom)
-		a.rotator.Notify()
-	}
 }
 
 // followState installs the material of a new CA state seen in the Secret.
