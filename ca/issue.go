@@ -20,6 +20,7 @@ type leafSpec struct {
 	id          spiffeid.ID // the only URI SAN; zero for serving certificates
 	dnsNames    []string
 	ttl         time.Duration // already clamped
+	maxValidity time.Duration // of NotAfter - NotBefore; zero: unbounded
 	extKeyUsage []x509.ExtKeyUsage
 }
 
@@ -59,6 +60,9 @@ func (a *Authority) template(issuer *x509.Certificate, spec *leafSpec, t *x509.C
 	notBefore, notAfter, err := a.validity(issuer, spec.ttl)
 	if err != nil {
 		return err
+	}
+	if spec.maxValidity > 0 && notAfter.Sub(notBefore) > spec.maxValidity {
+		notAfter = notBefore.Add(spec.maxValidity)
 	}
 	serial, err := randomSerial(a.cfg.Rand)
 	if err != nil {

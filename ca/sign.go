@@ -29,6 +29,7 @@ func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 		pub:         r.CSR.PublicKey,
 		id:          r.ID,
 		ttl:         a.cfg.clampTTL(r.TTL),
+		maxValidity: r.MaxValidity,
 		extKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	})
 	if err != nil {

@@ -141,6 +141,34 @@ func TestSignValidity(t *testing.T) {
 	}
 }
 
+// MaxValidity bounds NotAfter - NotBefore, the backdate included; it
+// never lengthens a shorter TTL.
+func TestSignMaxValidity(t *testing.T) {
+	now := testNow()
+	a := newAuthority(t, testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(365*24*time.Hour))).Material(), now)
+	tests := []struct {
+		name             string
+		ttl, maxValidity time.Duration
+		wantValidity     time.Duration
+	}{
+		{"bound shorter than TTL plus backdate", 24 * time.Hour, time.Hour, time.Hour},
+		{"bound longer than TTL plus backdate", time.Hour, 24 * time.Hour, time.Hour + 2*time.Minute},
+		{"no bound", time.Hour, 0, time.Hour + 2*time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			csrPEM, _ := testca.ZtunnelCSR(t, workload)
+			issued, err := a.Sign(context.Background(), ca.Request{CSR: parseCSR(t, csrPEM), ID: workload, TTL: tt.ttl, MaxValidity: tt.maxValidity})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := issued.Cert.NotAfter.Sub(issued.Cert.NotBefore); got != tt.wantValidity {
+				t.Errorf("validity %v, want %v", got, tt.wantValidity)
+			}
+		})
+	}
+}
+
 func TestSignConfiguredTTLs(t *testing.T) {
 	now := testNow()
 	cfg := ca.Config{TrustDomain: td, DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour, Backdate: time.Minute,

@@ -46,6 +46,10 @@ type Request struct {
 	// TTL is the requested lifetime; zero or negative means the default, and
 	// a value over the maximum is clamped to it.
 	TTL time.Duration
+	// MaxValidity, if positive, bounds the whole validity period,
+	// NotAfter - NotBefore, backdating included (a Kubernetes
+	// PodCertificateRequest's maxExpirationSeconds is such a bound).
+	MaxValidity time.Duration
 }
 
 // Issued is a signed certificate and the chain to return to the client.
