@@ -20,6 +20,7 @@ type Metrics struct {
 	reviewTime   prometheus.Histogram
 	cacheLookups *prometheus.CounterVec
 	published    *prometheus.CounterVec
+	podCerts     *prometheus.CounterVec
 	rootCMs      *prometheus.CounterVec
 	rotations    *prometheus.CounterVec
 	leader       prometheus.Gauge
@@ -49,6 +50,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"Token review cache lookups by result (hit, miss).", "result"),
 		published: f.counterVec("trustbundle_publish_total",
 			"ClusterTrustBundle reconciliations by result (created, updated, repaired, deferred, unchanged, error).", "result"),
+		podCerts: f.counterVec("pod_certificate_requests_total",
+			"PodCertificateRequests decided, by result (issued, denied, failed).", "result"),
 		rootCMs: f.counterVec("root_configmap_publish_total",
 			"Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, repaired, deferred, unchanged, skipped, requeued, error).", "result"),
 		rotations: f.counterVec("rotation_steps_total",
@@ -86,6 +89,9 @@ func (m *Metrics) CacheLookup(hit bool) {
 
 // Published records a trust bundle reconciliation (trustbundle.Observer).
 func (m *Metrics) Published(result string) { m.published.WithLabelValues(result).Inc() }
+
+// PodCertificate records a decided PodCertificateRequest (podcert.Observer).
+func (m *Metrics) PodCertificate(result string) { m.podCerts.WithLabelValues(result).Inc() }
 
 // PublishCounter counts reconciliations by result (rootconfigmap.Observer).
 type PublishCounter struct{ c *prometheus.CounterVec }

@@ -58,6 +58,7 @@ type serveConfig struct {
 	IstioMetrics       bool
 	CADirPoll          time.Duration
 	PublishTrustBundle bool
+	PodCertificates    bool
 	SignerName         string
 	IstioCompatible    bool
 	// IstioRootConfigMap publishes Istio's istio-ca-root-cert ConfigMap
@@ -111,7 +112,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.BoolVar(&c.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
-	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles")
+	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
+	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
 	fs.StringVar(&rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")

@@ -28,6 +28,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/podcert"
 	"github.com/workload-ca/workload-ca/ca/rootconfigmap"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
@@ -126,7 +127,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.buildServer, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.signPodCertificates, a.buildServer, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -344,6 +345,21 @@ func (a *app) setMaterial(m *ca.Material) error {
 	for _, f := range a.onMaterial {
 		f()
 	}
+	return nil
+}
+
+// signPodCertificates makes the leader sign the PodCertificateRequests
+// addressed to --signer-name.
+func (a *app) signPodCertificates(context.Context) error {
+	if !a.cfg.PodCertificates {
+		return nil
+	}
+	c, err := podcert.New(podcert.Config{Client: a.kube, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
+		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert")})
+	if err != nil {
+		return err
+	}
+	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "podcert", run: c.Run})
 	return nil
 }
 

@@ -1,0 +1,104 @@
+package podcert
+
+import (
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/elliptic"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"fmt"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	certv1 "k8s.io/api/certificates/v1"
+
+	"github.com/workload-ca/workload-ca/ca"
+)
+
+// Reasons of a Denied condition. UnsupportedKeyType is the one Kubernetes
+// defines; the kubelet may then retry with a key type the message names.
+const (
+	ReasonUnsupportedKeyType         = "UnsupportedKeyType"
+	ReasonUnsupportedUserAnnotations = "UnsupportedUserAnnotations"
+	ReasonInvalidRequest             = "InvalidRequest"
+)
+
+// supportedKeyTypes is what a denial for an unsupported key suggests, in
+// the names of the kubelet's podCertificate volume (keyType).
+const supportedKeyTypes = "ECDSAP256, ECDSAP384, RSA3072, RSA4096 or ED25519"
+
+// defaultMaxExpiration is what the API server defaults
+// spec.maxExpirationSeconds to.
+const defaultMaxExpiration = 24 * time.Hour
+
+// decision is what to do with one pending request: sign req, or deny it.
+type decision struct {
+	req    ca.Request
+	reason string // non-empty: deny with this reason and message
+	msg    string
+}
+
+func deny(reason, format string, args ...any) decision {
+	return decision{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// decide checks a pending request and says what to issue: the X.509-SVID
+// of the pod's service account, spiffe://<td>/ns/<namespace>/sa/<name>,
+// for the key of the stub CSR, valid for at most maxExpirationSeconds.
+// The API server has checked that the pod, its service account and its
+// node are real and bound together, and verified the CSR's signature;
+// decide checks the CSR again anyway (ca.ParseCSR). It denies requests
+// with user annotations (it understands none, and Kubernetes asks signers
+// to refuse what they do not understand) and keys the CA does not issue
+// to.
+func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision {
+	if n := len(pcr.Spec.UnverifiedUserAnnotations); n > 0 {
+		return deny(ReasonUnsupportedUserAnnotations, "this signer understands no unverifiedUserAnnotations; %d given", n)
+	}
+	stub, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
+	if err != nil {
+		return deny(ReasonInvalidRequest, "stubPKCS10Request does not parse: %v", err)
+	}
+	if !supportedKey(stub.PublicKey) {
+		return deny(ReasonUnsupportedKeyType, "key type not supported; use %s", supportedKeyTypes)
+	}
+	csr, err := ca.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: pcr.Spec.StubPKCS10Request}))
+	if err != nil {
+		return deny(ReasonInvalidRequest, "%v", err)
+	}
+	id, err := spiffeid.FromSegments(td, "ns", pcr.Namespace, "sa", pcr.Spec.ServiceAccountName)
+	if err != nil {
+		return deny(ReasonInvalidRequest, "no SPIFFE ID for service account %s/%s: %v", pcr.Namespace, pcr.Spec.ServiceAccountName, err)
+	}
+	maxValidity := defaultMaxExpiration
+	if s := pcr.Spec.MaxExpirationSeconds; s != nil {
+		maxValidity = time.Duration(*s) * time.Second
+	}
+	return decision{req: ca.Request{CSR: csr, ID: id, MaxValidity: maxValidity}}
+}
+
+// supportedKey reports whether the CA issues to pub among the key types a
+// kubelet generates: all of them but ECDSA P-521.
+func supportedKey(pub any) bool {
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		return k.Curve == elliptic.P256() || k.Curve == elliptic.P384()
+	case *rsa.PublicKey:
+		return k.N.BitLen() >= 2048 && k.N.BitLen() <= 8192
+	case ed25519.PublicKey:
+		return true
+	}
+	return false
+}
+
+// refreshAt is when the kubelet should start renewing a certificate valid
+// from notBefore to notAfter: halfway, as SPIRE and Istio renew, kept in
+// the window the API server accepts (10 minutes inside either end).
+func refreshAt(notBefore, notAfter time.Time) time.Time {
+	at := notBefore.Add(notAfter.Sub(notBefore) / 2)
+	if lo := notBefore.Add(10 * time.Minute); at.Before(lo) {
+		at = lo
+	}
+	return at
+}

@@ -1,0 +1,285 @@
+package podcert
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	certv1 "k8s.io/api/certificates/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/internal/keyloop"
+)
+
+// Signer issues certificates; *ca.Authority is one.
+type Signer interface {
+	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
+}
+
+// Observer counts the outcome of each request handled.
+type Observer interface {
+	// PodCertificate is called once per request decided, with one of the
+	// Result* values.
+	PodCertificate(result string)
+}
+
+// Outcomes passed to Observer.PodCertificate.
+const (
+	ResultIssued = "issued"
+	ResultDenied = "denied"
+	ResultFailed = "failed"
+)
+
+// minValidity is the shortest certificate the API server accepts.
+const minValidity = time.Hour
+
+// Config configures a Controller. Client, SignerName, TrustDomain and
+// Signer are required.
+type Config struct {
+	Client      kubernetes.Interface
+	SignerName  string
+	TrustDomain spiffeid.TrustDomain
+	Signer      Signer
+	// Audit receives one record per decided request (default: Logger).
+	Audit    *slog.Logger
+	Logger   *slog.Logger
+	Observer Observer
+	Clock    clock.WithTicker
+	// Resync re-reads every pending request this often (default 10m).
+	Resync time.Duration
+}
+
+// Controller signs the PodCertificateRequests of one signer name.
+type Controller struct {
+	cfg Config
+}
+
+// New checks cfg and returns a controller; nothing runs yet.
+func New(cfg Config) (*Controller, error) {
+	switch {
+	case cfg.Client == nil || cfg.Signer == nil:
+		return nil, errors.New("podcert: Client and Signer are required")
+	case cfg.SignerName == "" || cfg.TrustDomain.IsZero():
+		return nil, errors.New("podcert: SignerName and TrustDomain are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Audit == nil {
+		cfg.Audit = cfg.Logger
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Resync <= 0 {
+		cfg.Resync = 10 * time.Minute
+	}
+	return &Controller{cfg: cfg}, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) PodCertificate(string) {}
+
+// Run checks its permissions, then signs requests until ctx ends.
+func (c *Controller) Run(ctx context.Context) error {
+	if err := checkAccess(ctx, c.cfg.Client, c.cfg.SignerName); err != nil {
+		return err
+	}
+	c.cfg.Logger.InfoContext(ctx, "signing PodCertificateRequests", "signer", c.cfg.SignerName)
+	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.cfg.Clock})
+	logger := logr.FromSlogHandler(c.cfg.Logger.Handler())
+	pcrs := c.cfg.Client.CertificatesV1().PodCertificateRequests(metav1.NamespaceAll)
+	selector := fields.OneTermEqualSelector("spec.signerName", c.cfg.SignerName).String()
+	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
+		ListerWatcher: &cache.ListWatch{
+			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+				o.FieldSelector = selector
+				return pcrs.List(ctx, o)
+			},
+			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+				o.FieldSelector = selector
+				return pcrs.Watch(ctx, o)
+			},
+		},
+		ObjectType: &certv1.PodCertificateRequest{},
+		Handler: cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { enqueue(queue, obj) },
+			UpdateFunc: func(_, obj any) { enqueue(queue, obj) },
+		},
+		Transform: dropManagedFields,
+		Logger:    &logger,
+	})
+	loop := &keyloop.Loop{Queue: queue, Informers: []cache.Controller{informer}, Keys: store.ListKeys,
+		Reconcile: func(ctx context.Context, key string) error { return c.reconcile(ctx, store, key) },
+		Clock:     c.cfg.Clock, Resync: c.cfg.Resync}
+	loop.Run(ctx)
+	return nil
+}
+
+func enqueue(q workqueue.TypedInterface[string], obj any) {
+	if key, err := cache.MetaNamespaceKeyFunc(obj); err == nil {
+		q.Add(key)
+	}
+}
+
+// dropManagedFields is the informer's transform: the store keeps no
+// managed fields.
+func dropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil
+}
+
+// reconcile decides the request at key, unless it is decided already.
+func (c *Controller) reconcile(ctx context.Context, store cache.Store, key string) error {
+	obj, ok, err := store.GetByKey(key)
+	if err != nil || !ok {
+		return err // gone: nothing to do
+	}
+	pcr, ok := obj.(*certv1.PodCertificateRequest)
+	if !ok || decided(pcr) || pcr.Spec.SignerName != c.cfg.SignerName {
+		return nil
+	}
+	d := decide(pcr, c.cfg.TrustDomain)
+	if d.reason != "" {
+		return c.finish(ctx, pcr, d, nil)
+	}
+	issued, err := c.cfg.Signer.Sign(ctx, d.req)
+	switch {
+	case errors.Is(err, ca.ErrInvalidCSR):
+		return c.finish(ctx, pcr, deny(ReasonInvalidRequest, "%v", err), nil)
+	case err != nil:
+		// The CA's own failure (not ready, say): retried with backoff.
+		return fmt.Errorf("sign PodCertificateRequest %s: %w", key, err)
+	}
+	return c.finish(ctx, pcr, d, issued)
+}
+
+// decided reports whether the request has its terminal condition.
+func decided(pcr *certv1.PodCertificateRequest) bool {
+	for _, cond := range pcr.Status.Conditions {
+		switch cond.Type {
+		case certv1.PodCertificateRequestConditionTypeIssued, certv1.PodCertificateRequestConditionTypeDenied,
+			certv1.PodCertificateRequestConditionTypeFailed:
+			return true
+		}
+	}
+	return false
+}
+
+// finish writes the decision to the request's status: the certificate
+// (issued non-nil), or a denial, or, when the certificate the CA can issue
+// is shorter than the API server accepts (its signing certificate is about
+// to expire), a failure the kubelet retries later. It audits and counts
+// what it wrote.
+func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateRequest, d decision, issued *ca.Issued) error {
+	now := metav1.NewTime(c.cfg.Clock.Now())
+	upd := pcr.DeepCopy()
+	cond := metav1.Condition{Status: metav1.ConditionTrue, LastTransitionTime: now, ObservedGeneration: pcr.Generation}
+	result := ResultIssued
+	switch {
+	case issued == nil:
+		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeDenied, d.reason, d.msg
+		result = ResultDenied
+	case issued.Cert.NotAfter.Sub(issued.Cert.NotBefore) < minValidity:
+		cond.Type, cond.Reason = certv1.PodCertificateRequestConditionTypeFailed, "SigningCertificateExpiring"
+		cond.Message = fmt.Sprintf("the CA can only issue until %s, less than the hour Kubernetes requires", issued.Cert.NotAfter.UTC().Format(time.RFC3339))
+		result = ResultFailed
+	default:
+		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeIssued, "Issued", "issued "+d.req.ID.String()
+		leaf := issued.Cert
+		nb, na, refresh := metav1.NewTime(leaf.NotBefore), metav1.NewTime(leaf.NotAfter), metav1.NewTime(refreshAt(leaf.NotBefore, leaf.NotAfter))
+		// Leaf and intermediates; the roots are in the signer's
+		// ClusterTrustBundles.
+		upd.Status.CertificateChain = strings.Join(issued.Chain[:len(issued.Chain)-1], "")
+		upd.Status.NotBefore, upd.Status.NotAfter, upd.Status.BeginRefreshAt = &nb, &na, &refresh
+	}
+	upd.Status.Conditions = append(upd.Status.Conditions, cond)
+	_, err := c.cfg.Client.CertificatesV1().PodCertificateRequests(pcr.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil // the pod is gone, and its request with it
+	case err != nil:
+		return fmt.Errorf("update status of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
+	}
+	c.audit(ctx, pcr, cond, issued, d)
+	c.cfg.Observer.PodCertificate(result)
+	return nil
+}
+
+// audit writes one record of a decided request. It never logs the CSR.
+func (c *Controller) audit(ctx context.Context, pcr *certv1.PodCertificateRequest, cond metav1.Condition, issued *ca.Issued, d decision) {
+	attrs := []slog.Attr{
+		slog.String("decision", strings.ToLower(cond.Type)),
+		slog.String("request", pcr.Namespace+"/"+pcr.Name),
+		slog.String("pod", pcr.Namespace+"/"+pcr.Spec.PodName),
+		slog.String("node", string(pcr.Spec.NodeName)),
+		slog.String("service_account", pcr.Namespace+"/"+pcr.Spec.ServiceAccountName),
+		slog.String("reason", cond.Reason),
+	}
+	level, msg := slog.LevelWarn, "pod certificate refused"
+	if cond.Type == certv1.PodCertificateRequestConditionTypeIssued {
+		level, msg = slog.LevelInfo, "pod certificate issued"
+		attrs = append(attrs, slog.String("identity", d.req.ID.String()),
+			slog.String("serial", issued.Cert.SerialNumber.Text(16)), slog.Time("not_after", issued.Cert.NotAfter))
+	} else {
+		attrs = append(attrs, slog.String("message", cond.Message))
+	}
+	c.cfg.Audit.LogAttrs(ctx, level, msg, attrs...)
+}
+
+// checkAccess verifies that the CA may watch the signer's requests, write
+// their status, and sign for the signer: without the last, the API server
+// refuses every status update.
+func checkAccess(ctx context.Context, client kubernetes.Interface, signer string) error {
+	group := certv1.SchemeGroupVersion.Group
+	checks := []authorizationv1.ResourceAttributes{
+		{Group: group, Resource: "podcertificaterequests", Verb: "list"},
+		{Group: group, Resource: "podcertificaterequests", Verb: "watch"},
+		{Group: group, Resource: "podcertificaterequests", Subresource: "status", Verb: "update"},
+		{Group: group, Resource: "signers", Name: signer, Verb: "sign"},
+	}
+	var missing []string
+	for _, attrs := range checks {
+		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
+		res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
+		if err != nil {
+			return fmt.Errorf("podcert: checking access: %w", err)
+		}
+		if !res.Status.Allowed {
+			what := attrs.Resource
+			if attrs.Subresource != "" {
+				what += "/" + attrs.Subresource
+			}
+			if attrs.Name != "" {
+				what += " " + attrs.Name
+			}
+			missing = append(missing, attrs.Verb+" "+what)
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("podcert: the CA may not %s (%s): grant it in its ClusterRole", strings.Join(missing, ", "), group)
+	}
+	return nil
+}

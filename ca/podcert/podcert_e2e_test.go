@@ -1,0 +1,202 @@
+package podcert
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"log/slog"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
+	"go.step.sm/crypto/pemutil"
+	certv1 "k8s.io/api/certificates/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/internal/testwait"
+)
+
+const testSigner = "workload-ca.io/spiffe"
+
+var testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
+
+// grantSigner returns a client for user, bound to exactly the rules the
+// chart grants the CA for PodCertificateRequests.
+func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string) kubernetes.Interface {
+	t.Helper()
+	rules := []rbacv1.PolicyRule{
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"sign"}, ResourceNames: []string{testSigner}},
+	}
+	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
+	if err := cp.BindClusterRole(t.Context(), user, rules, subject); err != nil {
+		t.Fatal(err)
+	}
+	client, err := kubernetes.NewForConfig(cp.ImpersonatedConfig(user))
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Eventually(t, "RBAC for "+user, func() bool { return checkAccess(t.Context(), client, testSigner) == nil })
+	return client
+}
+
+// newPCR is a request as a kubelet makes it for a pod of sa in ns, with a
+// stub CSR of key, for signer.
+func newPCR(t *testing.T, ns, name, sa, signer string, key crypto.Signer, maxExpiration int32) *certv1.PodCertificateRequest {
+	t.Helper()
+	stub, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &certv1.PodCertificateRequest{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: certv1.PodCertificateRequestSpec{
+			SignerName: signer, PodName: name + "-pod", PodUID: types.UID("uid-pod-" + name),
+			ServiceAccountName: sa, ServiceAccountUID: types.UID("uid-sa-" + sa),
+			NodeName: "node-a", NodeUID: types.UID("uid-node-a"),
+			MaxExpirationSeconds: ptr.To(maxExpiration), StubPKCS10Request: stub,
+		},
+	}
+}
+
+// TestE2E runs the signer as a user with the chart's rules against a real
+// kube-apiserver, which validates every status it writes: a request is
+// issued the pod's service account's SVID for its key, chaining to the
+// root, within maxExpirationSeconds, with a refresh time the API server
+// accepts; a P-521 key and user annotations are denied with the reasons
+// Kubernetes defines or this signer documents; another signer's request
+// is left alone.
+func TestE2E(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{})
+	admin := cp.Client()
+	if _, err := cp.CreateNamespace(t.Context(), "apps"); err != nil {
+		t.Fatal(err)
+	}
+	root := testca.NewRoot(t, testca.P256)
+	mid := testca.NewIntermediate(t, root, testca.P256)
+	authority, err := ca.New(ca.Config{TrustDomain: testTD}, mid.Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var audit bytes.Buffer
+	c, err := New(Config{Client: grantSigner(t, cp, "podcert-signer"), SignerName: testSigner, TrustDomain: testTD,
+		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	})
+
+	pcrs := admin.CertificatesV1().PodCertificateRequests("apps")
+	create := func(pcr *certv1.PodCertificateRequest) {
+		t.Helper()
+		if _, err := pcrs.Create(t.Context(), pcr, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitDecided := func(name string) *certv1.PodCertificateRequest {
+		t.Helper()
+		var got *certv1.PodCertificateRequest
+		testwait.Eventually(t, "PodCertificateRequest "+name+" decided", func() bool {
+			got, err = pcrs.Get(t.Context(), name, metav1.GetOptions{})
+			return err == nil && decided(got)
+		})
+		return got
+	}
+
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600))
+	p521, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	create(newPCR(t, "apps", "big-key", "web-sa", testSigner, p521, 86400))
+	annotated := newPCR(t, "apps", "annotated", "web-sa", testSigner, key, 86400)
+	annotated.Spec.UnverifiedUserAnnotations = map[string]string{"example.com/dns-name": "web.apps.svc"}
+	create(annotated)
+	create(newPCR(t, "apps", "other-signer", "web-sa", "example.com/other", key, 86400))
+	admin1 := newPCR(t, "apps", "claims-admin", "web-sa", testSigner, key, 86400)
+	adminURI, _ := url.Parse("spiffe://cluster.local/ns/kube-system/sa/admin")
+	if admin1.Spec.StubPKCS10Request, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{adminURI}}, key); err != nil {
+		t.Fatal(err)
+	}
+	create(admin1)
+
+	t.Run("issued", func(t *testing.T) {
+		got := waitDecided("web")
+		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeIssued {
+			t.Fatalf("condition %+v, want Issued", cond)
+		}
+		chain, err := pemutil.ParseCertificateBundle([]byte(got.Status.CertificateChain))
+		if err != nil || len(chain) != 2 {
+			t.Fatalf("chain: %d certificates, %v; want leaf and intermediate", len(chain), err)
+		}
+		id, _, err := x509svid.Verify(chain, x509bundle.FromX509Authorities(testTD, []*x509.Certificate{root.Cert}))
+		if err != nil || id.String() != "spiffe://cluster.local/ns/apps/sa/web-sa" {
+			t.Fatalf("SVID %v, %v; want spiffe://cluster.local/ns/apps/sa/web-sa verified by the root", id, err)
+		}
+		leaf := chain[0]
+		if !leaf.PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
+			t.Error("leaf not issued to the requested key")
+		}
+		if v := leaf.NotAfter.Sub(leaf.NotBefore); v > time.Hour || v < time.Hour-time.Minute {
+			t.Errorf("validity %v, want maxExpirationSeconds (1h)", v)
+		}
+		if !got.Status.NotAfter.Time.Equal(leaf.NotAfter) {
+			t.Errorf("status.notAfter %v, leaf %v", got.Status.NotAfter, leaf.NotAfter)
+		}
+		if !bytes.Contains(audit.Bytes(), []byte(`"msg":"pod certificate issued"`)) {
+			t.Errorf("no audit record of the issue:\n%s", audit.String())
+		}
+	})
+	t.Run("P-521 key denied as unsupported", func(t *testing.T) {
+		got := waitDecided("big-key")
+		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeDenied || cond.Reason != ReasonUnsupportedKeyType {
+			t.Fatalf("condition %+v, want Denied %s", cond, ReasonUnsupportedKeyType)
+		}
+	})
+	t.Run("user annotations denied", func(t *testing.T) {
+		got := waitDecided("annotated")
+		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeDenied || cond.Reason != ReasonUnsupportedUserAnnotations {
+			t.Fatalf("condition %+v, want Denied %s", cond, ReasonUnsupportedUserAnnotations)
+		}
+	})
+	t.Run("a stub CSR naming another identity denied", func(t *testing.T) {
+		got := waitDecided("claims-admin")
+		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeDenied || cond.Reason != ReasonInvalidRequest {
+			t.Fatalf("condition %+v, want Denied %s", cond, ReasonInvalidRequest)
+		}
+	})
+	t.Run("another signer's request left alone", func(t *testing.T) {
+		got, err := pcrs.Get(t.Context(), "other-signer", metav1.GetOptions{})
+		if err != nil || decided(got) {
+			t.Fatalf("other signer's request: %v, conditions %+v; want untouched", err, got.Status.Conditions)
+		}
+	})
+}
