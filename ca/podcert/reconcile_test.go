@@ -1,0 +1,131 @@
+package podcert
+
+import (
+	"bytes"
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"errors"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	certv1 "k8s.io/api/certificates/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
+	testingclock "k8s.io/utils/clock/testing"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+// signerFunc adapts a function to Signer.
+type signerFunc func(context.Context, ca.Request) (*ca.Issued, error)
+
+func (f signerFunc) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) { return f(ctx, r) }
+
+type countingObserver map[string]int
+
+func (o countingObserver) PodCertificate(result string) { o[result]++ }
+
+// TestReconcile drives one reconcile per case against the fake clientset,
+// with the informer's store filled by hand.
+func TestReconcile(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	root := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(24*time.Hour)))
+	short := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(30*time.Minute)))
+	authority := func(m *testca.CA) Signer {
+		a, err := ca.New(ca.Config{TrustDomain: testTD, Clock: testingclock.NewFakePassiveClock(now)}, m.Material())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return a
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	boom := errors.New("CA not ready")
+	issued := newPCR(t, "apps", "done", "web-sa", testSigner, key, 3600)
+	issued.Status.Conditions = []metav1.Condition{{Type: certv1.PodCertificateRequestConditionTypeIssued, Status: metav1.ConditionTrue}}
+
+	tests := []struct {
+		name       string
+		pcr        *certv1.PodCertificateRequest
+		signer     Signer
+		wantErr    error
+		wantCond   string // "" : no status written
+		wantReason string
+		wantAudit  string
+	}{
+		{name: "issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(root),
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
+		{name: "the CA's certificate expires within the hour: failed, the kubelet asks again later",
+			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(short),
+			wantCond: certv1.PodCertificateRequestConditionTypeFailed, wantReason: "SigningCertificateExpiring", wantAudit: "pod certificate refused"},
+		{name: "the CA fails: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			signer: signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) { return nil, boom }), wantErr: boom},
+		{name: "denied before signing", pcr: func() *certv1.PodCertificateRequest {
+			p := newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600)
+			p.Spec.UnverifiedUserAnnotations = map[string]string{"example.com/x": "y"}
+			return p
+		}(), signer: signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) {
+			t.Error("signed a denied request")
+			return nil, boom
+		}),
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonUnsupportedUserAnnotations, wantAudit: "pod certificate refused"},
+		{name: "already decided: left alone", pcr: issued, signer: authority(root)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			client := fake.NewClientset(tt.pcr.DeepCopy())
+			var audit bytes.Buffer
+			obs := countingObserver{}
+			c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: tt.signer,
+				Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+			if err := store.Add(tt.pcr.DeepCopy()); err != nil {
+				t.Fatal(err)
+			}
+			client.ClearActions()
+			err = c.reconcile(context.Background(), store, tt.pcr.Namespace+"/"+tt.pcr.Name)
+			if !errors.Is(err, tt.wantErr) {
+				t.Fatalf("reconcile: %v, want %v", err, tt.wantErr)
+			}
+			got, err := client.CertificatesV1().PodCertificateRequests(tt.pcr.Namespace).Get(context.Background(), tt.pcr.Name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tt.wantCond == "" {
+				if n := len(client.Actions()) - 1; n != 0 { // the Get above
+					t.Errorf("%d writes, want none", n)
+				}
+				if audit.Len() != 0 || len(obs) != 0 {
+					t.Errorf("audited %q, counted %v; want nothing", audit.String(), obs)
+				}
+				return
+			}
+			if n := len(got.Status.Conditions); n != 1 {
+				t.Fatalf("%d conditions, want 1", n)
+			}
+			if c := got.Status.Conditions[0]; c.Type != tt.wantCond || c.Reason != tt.wantReason || c.Status != metav1.ConditionTrue || !c.LastTransitionTime.Time.Equal(now) {
+				t.Errorf("condition %+v, want %s/%s at %v", c, tt.wantCond, tt.wantReason, now)
+			}
+			if (tt.wantCond == certv1.PodCertificateRequestConditionTypeIssued) != (got.Status.CertificateChain != "") {
+				t.Errorf("certificate chain %q for condition %s", got.Status.CertificateChain, tt.wantCond)
+			}
+			if !strings.Contains(audit.String(), tt.wantAudit) || strings.Count(audit.String(), "\n") != 1 {
+				t.Errorf("audit %q, want one record %q", audit.String(), tt.wantAudit)
+			}
+			if sum := obs[ResultIssued] + obs[ResultDenied] + obs[ResultFailed]; sum != 1 {
+				t.Errorf("counted %v, want one decision", obs)
+			}
+		})
+	}
+}
