@@ -42,7 +42,7 @@ func ParseCSR(pemBytes []byte) (*x509.CertificateRequest, error) {
 	}
 	// The key is checked before the signature so that unsupported or
 	// oversized keys cost nothing to reject.
-	if err := checkPublicKey(csr.PublicKey); err != nil {
+	if err := CheckPublicKey(csr.PublicKey); err != nil {
 		return nil, err
 	}
 	if err := csr.CheckSignature(); err != nil {
@@ -75,9 +75,9 @@ func decodeCSRPEM(b []byte) ([]byte, error) {
 	return block.Bytes, nil
 }
 
-// checkPublicKey accepts ECDSA P-256 and P-384, RSA 2048 to 8192 bits, and
-// Ed25519.
-func checkPublicKey(pub crypto.PublicKey) error {
+// CheckPublicKey reports whether the CA issues to pub: ECDSA P-256 and
+// P-384, RSA 2048 to 8192 bits, and Ed25519. Errors wrap ErrInvalidCSR.
+func CheckPublicKey(pub crypto.PublicKey) error {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
 		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {

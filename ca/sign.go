@@ -51,7 +51,7 @@ func (a *Authority) checkRequest(r Request) error {
 	if !r.ID.MemberOf(a.cfg.TrustDomain) {
 		return fmt.Errorf("%w: %q is not in trust domain %q", ErrForeignTrustDomain, r.ID, a.cfg.TrustDomain)
 	}
-	if err := checkPublicKey(r.CSR.PublicKey); err != nil {
+	if err := CheckPublicKey(r.CSR.PublicKey); err != nil {
 		return err
 	}
 	switch len(r.CSR.URIs) {

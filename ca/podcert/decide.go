@@ -1,10 +1,6 @@
 package podcert
 
 import (
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -60,8 +56,8 @@ func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision
 	if err != nil {
 		return deny(ReasonInvalidRequest, "stubPKCS10Request does not parse: %v", err)
 	}
-	if !supportedKey(stub.PublicKey) {
-		return deny(ReasonUnsupportedKeyType, "key type not supported; use %s", supportedKeyTypes)
+	if err := ca.CheckPublicKey(stub.PublicKey); err != nil {
+		return deny(ReasonUnsupportedKeyType, "%v; use %s", err, supportedKeyTypes)
 	}
 	csr, err := ca.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: pcr.Spec.StubPKCS10Request}))
 	if err != nil {
@@ -76,20 +72,6 @@ func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision
 		maxValidity = time.Duration(*s) * time.Second
 	}
 	return decision{req: ca.Request{CSR: csr, ID: id, MaxValidity: maxValidity}}
-}
-
-// supportedKey reports whether the CA issues to pub among the key types a
-// kubelet generates: all of them but ECDSA P-521.
-func supportedKey(pub any) bool {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return k.Curve == elliptic.P256() || k.Curve == elliptic.P384()
-	case *rsa.PublicKey:
-		return k.N.BitLen() >= 2048 && k.N.BitLen() <= 8192
-	case ed25519.PublicKey:
-		return true
-	}
-	return false
 }
 
 // refreshAt is when the kubelet should start renewing a certificate valid

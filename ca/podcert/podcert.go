@@ -15,8 +15,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
@@ -108,19 +106,10 @@ func (c *Controller) Run(ctx context.Context) error {
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.cfg.Clock})
 	logger := logr.FromSlogHandler(c.cfg.Logger.Handler())
-	pcrs := c.cfg.Client.CertificatesV1().PodCertificateRequests(metav1.NamespaceAll)
-	selector := fields.OneTermEqualSelector("spec.signerName", c.cfg.SignerName).String()
+	// spec.signerName is a supported field selector, and immutable.
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: &cache.ListWatch{
-			ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-				o.FieldSelector = selector
-				return pcrs.List(ctx, o)
-			},
-			WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-				o.FieldSelector = selector
-				return pcrs.Watch(ctx, o)
-			},
-		},
+		ListerWatcher: cache.NewListWatchFromClient(c.cfg.Client.CertificatesV1().RESTClient(), "podcertificaterequests",
+			metav1.NamespaceAll, fields.OneTermEqualSelector("spec.signerName", c.cfg.SignerName)),
 		ObjectType: &certv1.PodCertificateRequest{},
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { enqueue(queue, obj) },
