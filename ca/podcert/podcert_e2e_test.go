@@ -44,11 +44,7 @@ func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string) kuber
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"sign"}, ResourceNames: []string{testSigner}},
 	}
-	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
-	if err := cp.BindClusterRole(t.Context(), user, rules, subject); err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cp.ImpersonatedConfig(user))
+	client, err := cp.UserClient(t.Context(), user, rules)
 	if err != nil {
 		t.Fatal(err)
 	}

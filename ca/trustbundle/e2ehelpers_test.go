@@ -78,11 +78,7 @@ func grantPublisher(t *testing.T, cp *controlplane.ControlPlane, user string, si
 		rules = append(rules, rbacv1.PolicyRule{APIGroups: []string{certificatesGroup},
 			Resources: []string{"signers"}, Verbs: []string{"attest"}, ResourceNames: signers})
 	}
-	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
-	if err := cp.BindClusterRole(t.Context(), user, rules, subject); err != nil {
-		t.Fatal(err)
-	}
-	client, err := kubernetes.NewForConfig(cp.ImpersonatedConfig(user))
+	client, err := cp.UserClient(t.Context(), user, rules)
 	if err != nil {
 		t.Fatal(err)
 	}

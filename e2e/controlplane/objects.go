@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 )
 
 // PauseImage is the image of pods created by CreatePod. Nothing pulls it.
@@ -93,4 +94,16 @@ func (c *ControlPlane) BindClusterRole(ctx context.Context, name string, rules [
 		return fmt.Errorf("create ClusterRoleBinding %s: %w", name, err)
 	}
 	return nil
+}
+
+// UserClient grants user the rules cluster-wide (a ClusterRole and
+// binding named after the user, see BindClusterRole) and returns a client
+// that acts as user. RBAC takes a moment to apply: callers wait until an
+// access review of theirs says so.
+func (c *ControlPlane) UserClient(ctx context.Context, user string, rules []rbacv1.PolicyRule) (kubernetes.Interface, error) {
+	subject := rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: user}
+	if err := c.BindClusterRole(ctx, user, rules, subject); err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(c.ImpersonatedConfig(user))
 }
