@@ -98,3 +98,32 @@ func TestRefreshAt(t *testing.T) {
 		})
 	}
 }
+
+// Whatever the request, decide never panics, and what it would issue is
+// the SVID of the request's own service account, within the request's
+// bound, for the stub CSR's key.
+func FuzzDecide(f *testing.F) {
+	key := mustKey(ecdsa.GenerateKey(elliptic.P256(), rand.Reader))
+	good := newPCR(f, "apps", "web", "web-sa", testSigner, key, 3600).Spec.StubPKCS10Request
+	f.Add(good, "apps", "web-sa", int32(3600))
+	f.Add([]byte("not DER"), "apps", "web-sa", int32(86400))
+	f.Add(good[:len(good)/2], "kube-system", "", int32(0))
+	f.Fuzz(func(t *testing.T, stub []byte, ns, sa string, maxExpiration int32) {
+		pcr := &certv1.PodCertificateRequest{}
+		pcr.Namespace, pcr.Spec.ServiceAccountName, pcr.Spec.StubPKCS10Request = ns, sa, stub
+		pcr.Spec.MaxExpirationSeconds = &maxExpiration
+		d := decide(pcr, testTD)
+		if d.reason != "" {
+			return
+		}
+		if want := "spiffe://cluster.local/ns/" + ns + "/sa/" + sa; d.req.ID.String() != want {
+			t.Fatalf("would issue %s, want %s", d.req.ID, want)
+		}
+		if d.req.MaxValidity != time.Duration(maxExpiration)*time.Second {
+			t.Fatalf("max validity %v for maxExpirationSeconds %d", d.req.MaxValidity, maxExpiration)
+		}
+		if d.req.CSR == nil || string(d.req.CSR.Raw) != string(stub) {
+			t.Fatal("the CSR to sign is not the stub")
+		}
+	})
+}

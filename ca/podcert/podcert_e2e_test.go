@@ -54,7 +54,7 @@ func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string) kuber
 
 // newPCR is a request as a kubelet makes it for a pod of sa in ns, with a
 // stub CSR of key, for signer.
-func newPCR(t *testing.T, ns, name, sa, signer string, key crypto.Signer, maxExpiration int32) *certv1.PodCertificateRequest {
+func newPCR(t testing.TB, ns, name, sa, signer string, key crypto.Signer, maxExpiration int32) *certv1.PodCertificateRequest {
 	t.Helper()
 	stub, err := x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{}, key)
 	if err != nil {
