@@ -104,7 +104,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use)")
+	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", time.Second, "how long a request waits for a signing slot before it fails with Unavailable")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
@@ -179,6 +179,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		if _, err := keystore.RedactKeyURI(c.CAKeyURI); err != nil {
 			errs = append(errs, fmt.Errorf("--ca-key-uri: %w", err))
 		}
+	}
+	if c.MaxConcurrentSigns == 0 {
+		c.MaxConcurrentSigns = signsDefault(c)
 	}
 	if c.TrustDomain, err = spiffeid.TrustDomainFromString(td); err != nil {
 		errs = append(errs, fmt.Errorf("--trust-domain: %w", err))

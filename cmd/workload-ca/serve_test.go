@@ -81,6 +81,21 @@ func TestParseServeFlags(t *testing.T) {
 				t.Errorf("CAKeyURI = %q", c.CAKeyURI)
 			}
 		}},
+		{name: "a KMS key signing leaves: signing slots not bound to the CPUs", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "awskms:key-id=k1"}, check: func(t *testing.T, c serveConfig) {
+			if c.MaxConcurrentSigns != kmsSigns {
+				t.Errorf("MaxConcurrentSigns = %d, want %d", c.MaxConcurrentSigns, kmsSigns)
+			}
+		}},
+		{name: "a key file through softkms: signing slots per CPU", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "softkms:path=/k.pem"}, check: func(t *testing.T, c serveConfig) {
+			if c.MaxConcurrentSigns != 0 {
+				t.Errorf("MaxConcurrentSigns = %d, want 0 (the server's per-CPU default)", c.MaxConcurrentSigns)
+			}
+		}},
+		{name: "an explicit signing slot count wins over the KMS default", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "awskms:key-id=k1", "--max-concurrent-signs", "8"}, check: func(t *testing.T, c serveConfig) {
+			if c.MaxConcurrentSigns != 8 {
+				t.Errorf("MaxConcurrentSigns = %d, want 8", c.MaxConcurrentSigns)
+			}
+		}},
 		{name: "key in a KMS for a plug-in root", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-key-uri", "pkcs11:token=ca;id=01?pin-source=/run/pin"}, check: func(t *testing.T, c serveConfig) {
 			if c.CAKeyURI == "" || c.CARootDir != "/root-ca" {
 				t.Errorf("CAKeyURI %q, CARootDir %q", c.CAKeyURI, c.CARootDir)
