@@ -10,16 +10,11 @@ import (
 
 	"go.step.sm/crypto/kms/apiv1"
 
-	// The KMS types --ca-key-uri accepts besides softkms (always there).
-	// PKCS#11 needs cgo (it loads the HSM's module); a build without cgo
-	// refuses pkcs11: URIs with an error that says so. The cloud KMSes are
-	// reached over TLS, and the release image has no CA bundle: Mozilla's
-	// roots are built in for when the system has none.
-	_ "go.step.sm/crypto/kms/awskms"
-	_ "go.step.sm/crypto/kms/azurekms"
-	_ "go.step.sm/crypto/kms/cloudkms"
+	// PKCS#11, besides softkms (always there), for --ca-key-uri; the cloud
+	// KMSes are in kms_cloud.go. PKCS#11 needs cgo (it loads the HSM's
+	// module); a build without cgo refuses pkcs11: URIs with an error that
+	// says so.
 	_ "go.step.sm/crypto/kms/pkcs11"
-	_ "golang.org/x/crypto/x509roots/fallback"
 
 	"github.com/workload-ca/workload-ca/ca/keystore"
 )
