@@ -35,14 +35,15 @@ const testSigner = "workload-ca.io/spiffe"
 
 var testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
 
-// grantSigner returns a client for user, bound to exactly the rules the
-// chart grants the CA for PodCertificateRequests.
-func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string) kubernetes.Interface {
+// grantSigner returns a client for user, bound to the rules the chart
+// grants the CA for PodCertificateRequests, with the right to sign for
+// signers (the chart's: testSigner alone).
+func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string, signers ...string) kubernetes.Interface {
 	t.Helper()
 	rules := []rbacv1.PolicyRule{
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests/status"}, Verbs: []string{"update"}},
-		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"sign"}, ResourceNames: []string{testSigner}},
+		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"sign"}, ResourceNames: signers},
 	}
 	client, err := cp.UserClient(t.Context(), user, rules)
 	if err != nil {
@@ -77,7 +78,8 @@ func newPCR(t testing.TB, ns, name, sa, signer string, key crypto.Signer, maxExp
 // root, within maxExpirationSeconds, with a refresh time the API server
 // accepts; a P-521 key and user annotations are denied with the reasons
 // Kubernetes defines or this signer documents; another signer's request
-// is left alone.
+// is left alone. (The user may sign for that signer too, so only the
+// controller's own choice keeps it away.)
 func TestE2E(t *testing.T) {
 	cp := controlplane.StartForTest(t, controlplane.Options{})
 	admin := cp.Client()
@@ -90,8 +92,24 @@ func TestE2E(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	pcrs := admin.CertificatesV1().PodCertificateRequests("apps")
+	create := func(pcr *certv1.PodCertificateRequest) {
+		t.Helper()
+		if _, err := pcrs.Create(t.Context(), pcr, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Before the signer starts: its first list would hand it this request
+	// ahead of all the others, which one worker decides in order.
+	create(newPCR(t, "apps", "other-signer", "web-sa", "example.com/other", key, 86400))
+
 	var audit bytes.Buffer
-	c, err := New(Config{Client: grantSigner(t, cp, "podcert-signer"), SignerName: testSigner, TrustDomain: testTD,
+	client := grantSigner(t, cp, "podcert-signer", testSigner, "example.com/other")
+	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD,
 		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil))})
 	if err != nil {
 		t.Fatal(err)
@@ -106,13 +124,6 @@ func TestE2E(t *testing.T) {
 		}
 	})
 
-	pcrs := admin.CertificatesV1().PodCertificateRequests("apps")
-	create := func(pcr *certv1.PodCertificateRequest) {
-		t.Helper()
-		if _, err := pcrs.Create(t.Context(), pcr, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 	waitDecided := func(name string) *certv1.PodCertificateRequest {
 		t.Helper()
 		var got *certv1.PodCertificateRequest
@@ -123,10 +134,6 @@ func TestE2E(t *testing.T) {
 		return got
 	}
 
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
 	create(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600))
 	p521, err := ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
 	if err != nil {
@@ -136,7 +143,6 @@ func TestE2E(t *testing.T) {
 	annotated := newPCR(t, "apps", "annotated", "web-sa", testSigner, key, 86400)
 	annotated.Spec.UnverifiedUserAnnotations = map[string]string{"example.com/dns-name": "web.apps.svc"}
 	create(annotated)
-	create(newPCR(t, "apps", "other-signer", "web-sa", "example.com/other", key, 86400))
 	admin1 := newPCR(t, "apps", "claims-admin", "web-sa", testSigner, key, 86400)
 	adminURI, _ := url.Parse("spiffe://cluster.local/ns/kube-system/sa/admin")
 	if admin1.Spec.StubPKCS10Request, err = x509.CreateCertificateRequest(rand.Reader, &x509.CertificateRequest{URIs: []*url.URL{adminURI}}, key); err != nil {
@@ -190,9 +196,13 @@ func TestE2E(t *testing.T) {
 		}
 	})
 	t.Run("another signer's request left alone", func(t *testing.T) {
+		// Every request above was decided after this one was listed.
 		got, err := pcrs.Get(t.Context(), "other-signer", metav1.GetOptions{})
 		if err != nil || decided(got) {
 			t.Fatalf("other signer's request: %v, conditions %+v; want untouched", err, got.Status.Conditions)
+		}
+		if bytes.Contains(audit.Bytes(), []byte("other-signer")) {
+			t.Errorf("an audit record names the other signer's request:\n%s", audit.String())
 		}
 	})
 }
