@@ -8,7 +8,6 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"time"
@@ -40,7 +39,7 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	began := time.Now()
 	readyz := pollReadyz(pollCtx, adminAddr, began)
 	ca, err := cahost.Start(ctx, cahost.Options{Binary: b.opts.binary, Kubeconfig: cp.KubeconfigPath(),
-		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args})
+		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args, CPUs: b.place.server})
 	if err != nil {
 		return nil, err
 	}
@@ -96,16 +95,20 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	args = append([]string{"loadtest", "--output", "json", "--addr", ca.Addr(), "--server-name", cahost.ServerName,
 		"--root-cert", ca.RootCertPath()}, args...)
 	b.logf("  %s %v", filepath.Base(b.opts.binary), args)
-	cmd := exec.CommandContext(ctx, b.opts.binary, args...)
 	var stdout bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, prefixWriter{w: b.log, prefix: "  | "}
-	cmd.Env = cahost.ChildEnv()
-	if err := cmd.Start(); err != nil {
+	p, err := proc.Start("workload-ca loadtest", b.opts.binary, args, cahost.ChildEnv(), &stdout,
+		prefixWriter{w: b.log, prefix: "  | "}, b.place.clientOptions()...)
+	if err != nil {
 		return nil, err
 	}
 	etcd, apiserver := cp.PIDs()
-	s := startSampler(map[string]int{"server": ca.Pid(), "apiserver": apiserver, "etcd": etcd, "client": cmd.Process.Pid})
-	runErr := cmd.Wait()
+	s := startSampler(map[string]int{"server": ca.Pid(), "apiserver": apiserver, "etcd": etcd, "client": p.Pid()})
+	select {
+	case <-p.Done():
+	case <-ctx.Done():
+		_ = p.Kill(10 * time.Second)
+	}
+	runErr := p.Err()
 	s.Stop()
 	r := &loadRun{sum: &loadtest.Summary{}, cpu: map[string]float64{}, cores: map[string]float64{}}
 	if err := json.Unmarshal(stdout.Bytes(), r.sum); err != nil {

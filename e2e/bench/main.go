@@ -15,6 +15,9 @@
 //     identities at once; TokenReviews counted in the apiserver's audit log.
 //  4. Pod index at 150,000 pods over 5,000 nodes (podindex benchmarks).
 //  5. Start to ready: process start to gRPC SERVING, and to /readyz.
+//
+// By default the CA and the floor run on one half of the machine's CPUs
+// and the load generator on the other (--placement split; see placement).
 package main
 
 import (
@@ -47,6 +50,7 @@ type options struct {
 	cpuProfile                     string
 	keep                           bool
 	strict                         bool
+	placement                      string
 }
 
 func main() {
@@ -73,6 +77,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the maximum-rate run here (serves with --pprof)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
+	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -83,9 +88,20 @@ func mainCode(ctx context.Context, args []string) int {
 	if o.ztunnels > o.stormZtunnels {
 		o.stormZtunnels = o.ztunnels // the fixture has max(ztunnels) nodes either way
 	}
-	b := &bench{opts: o, res: results{}, log: os.Stderr}
+	place, err := choosePlacement(o.placement)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		return 2
+	}
+	b := &bench{opts: o, place: place, res: results{}, log: os.Stderr}
 	b.res.meta()
-	err := b.run(ctx)
+	b.res.set("placement", place.name)
+	if place.server != nil {
+		b.res.set("server_cpus", fmt.Sprint(place.server))
+		b.res.set("client_cpus", fmt.Sprint(place.client))
+	}
+	b.logf("%s", place.describe())
+	err = b.run(ctx)
 	b.res.set("load_avg_1m_end", loadAvg())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
@@ -109,6 +125,7 @@ func mainCode(ctx context.Context, args []string) int {
 // bench is one run.
 type bench struct {
 	opts    options
+	place   placement
 	res     results
 	log     io.Writer
 	workDir string
@@ -139,7 +156,7 @@ func (b *bench) run(ctx context.Context) error {
 
 func (b *bench) measureFloor() error {
 	for _, kt := range []struct{ keyType, key string }{{keystore.KeyECDSAP256, "floor"}, {keystore.KeyRSA2048, "floor_rsa2048"}} {
-		r, err := measureFloor(kt.keyType, b.opts.floorTime)
+		r, err := b.floor(kt.keyType)
 		if err != nil {
 			return fmt.Errorf("crypto floor %s: %w", kt.keyType, err)
 		}
@@ -150,11 +167,20 @@ func (b *bench) measureFloor() error {
 	return nil
 }
 
+// floor measures the crypto floor of keyType where the CA runs.
+func (b *bench) floor(keyType string) (r floorResult, err error) {
+	err = b.place.onServerCPUs(func() error {
+		r, err = measureFloor(keyType, b.opts.floorTime)
+		return err
+	})
+	return r, err
+}
+
 // refloor measures the P-256 floor again, right after the maximum-rate
 // run, and sets the floor to the mean of both measurements and the ratio
 // of the end-to-end rate per server core to it.
 func (b *bench) refloor() error {
-	r, err := measureFloor(keystore.KeyECDSAP256, b.opts.floorTime)
+	r, err := b.floor(keystore.KeyECDSAP256)
 	if err != nil {
 		return fmt.Errorf("crypto floor after the load: %w", err)
 	}

@@ -139,6 +139,11 @@ func (r results) table() tableSummary {
 	var s tableSummary
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "metric\tvalue\ttarget\tok?")
+	for _, k := range []string{"placement", "server_cpus", "client_cpus"} {
+		if v, ok := r[k].(string); ok {
+			fmt.Fprintf(tw, "%s\t%s\t\t\n", k, v)
+		}
+	}
 	for _, rw := range rows {
 		v, have := r.num(rw.key)
 		value, verdict := "-", ""

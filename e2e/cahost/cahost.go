@@ -53,6 +53,8 @@ type Options struct {
 	ExtraArgs []string
 	// Env is added to the CA's environment (KEY=value).
 	Env []string
+	// CPUs, if set, are the only CPUs the CA runs on (Linux).
+	CPUs []int
 	// Log, if set, also receives the CA's output (JSON log lines).
 	Log io.Writer
 	// ReadyTimeout bounds the wait for SERVING. Default 30s.
@@ -237,7 +239,11 @@ func (c *CA) start(ctx context.Context) error {
 		out = io.MultiWriter(c.logFile, c.opts.Log)
 	}
 	began := time.Now()
-	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, append(ChildEnv(), c.opts.Env...), out, out); err != nil {
+	var popts []proc.Option
+	if len(c.opts.CPUs) > 0 {
+		popts = append(popts, proc.OnCPUs(c.opts.CPUs...))
+	}
+	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, append(ChildEnv(), c.opts.Env...), out, out, popts...); err != nil {
 		return err
 	}
 	if err := c.waitServing(ctx, logStart); err != nil {

@@ -28,12 +28,29 @@ type Process struct {
 	waitErr error         // valid after done is closed
 }
 
+// Option changes how Start starts a child.
+type Option func(*startOptions)
+
+type startOptions struct {
+	cpus []int
+}
+
+// OnCPUs runs the child, and everything it starts, on these CPUs only
+// (Linux; elsewhere Start fails). Go programs size GOMAXPROCS to them.
+func OnCPUs(cpus ...int) Option {
+	return func(o *startOptions) { o.cpus = cpus }
+}
+
 // Start starts path with args and env (nil: ours) in its own process group,
 // with Pdeathsig=SIGKILL on Linux (see the package comment). stdout and
 // stderr (nil discards) receive the child's output, which is also kept for
 // Tail; they are written from separate goroutines unless they are the same
 // *os.File. name labels errors.
-func Start(name, path string, args, env []string, stdout, stderr io.Writer) (*Process, error) {
+func Start(name, path string, args, env []string, stdout, stderr io.Writer, opts ...Option) (*Process, error) {
+	var o startOptions
+	for _, opt := range opts {
+		opt(&o)
+	}
 	p := &Process{name: name, tail: newTailBuffer(TailSize), done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = env
@@ -46,6 +63,14 @@ func Start(name, path string, args, env []string, stdout, stderr io.Writer) (*Pr
 	started := make(chan error, 1)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		// The child inherits the CPU affinity of the thread that forks it,
+		// this one, which serves nothing else.
+		if len(o.cpus) > 0 {
+			if err := setThreadCPUs(o.cpus); err != nil {
+				started <- err
+				return
+			}
+		}
 		if err := p.cmd.Start(); err != nil {
 			started <- err
 			return
@@ -58,6 +83,21 @@ func Start(name, path string, args, env []string, stdout, stderr io.Writer) (*Pr
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
 	return p, nil
+}
+
+// RunOnCPUs runs f on a thread of its own that runs on cpus only, and
+// returns what f returns. Goroutines f starts run anywhere.
+func RunOnCPUs(cpus []int, f func() error) error {
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
+		if err := setThreadCPUs(cpus); err != nil {
+			done <- err
+			return
+		}
+		done <- f()
+	}()
+	return <-done
 }
 
 func orDiscard(w io.Writer) io.Writer {

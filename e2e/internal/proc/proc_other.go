@@ -4,6 +4,7 @@ package proc
 
 import (
 	"errors"
+	"fmt"
 	"syscall"
 )
 
@@ -19,3 +20,11 @@ func killGroup(pid int) error { return syscall.Kill(-pid, syscall.SIGKILL) }
 
 // Gone reports whether pid no longer runs (zombies count as running here).
 func Gone(pid int) bool { return errors.Is(syscall.Kill(pid, 0), syscall.ESRCH) }
+
+// setThreadCPUs fails: CPU placement is Linux only here.
+func setThreadCPUs(cpus []int) error {
+	return fmt.Errorf("CPU affinity %v: only on Linux", cpus)
+}
+
+// CPUs fails: CPU placement is Linux only here.
+func CPUs() ([]int, error) { return nil, errors.New("CPU affinity: only on Linux") }
