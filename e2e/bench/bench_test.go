@@ -54,3 +54,33 @@ func TestProcCPU(t *testing.T) {
 		t.Errorf("CPU %v then %v, %v", before, after, err)
 	}
 }
+
+func TestParseSteal(t *testing.T) {
+	stat := []byte(`cpu  3392771 10343 600013 2331795 47788 0 47091 56231 0 0
+cpu0 1687996 5287 287449 1203890 10245 0 21704 25841 0 0
+cpu1 1704775 5056 312564 1127905 37542 0 25387 30390 0 0
+intr 1 2 3
+ctxt 99
+`)
+	got, err := parseSteal(stat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || got[0] != 258.41 || got[1] != 303.90 {
+		t.Errorf("steal by CPU %v, want cpu0 258.41 s and cpu1 303.90 s", got)
+	}
+	if sum := sumSteal(got, nil); sum != 258.41+303.90 {
+		t.Errorf("all CPUs: %v", sum)
+	}
+	if sum := sumSteal(got, []int{1}); sum != 303.90 {
+		t.Errorf("cpu1: %v", sum)
+	}
+	for name, bad := range map[string]string{
+		"no cpu lines":       "intr 1 2\n",
+		"steal not a number": "cpu0 1 2 3 4 5 6 7 x 0 0\n",
+	} {
+		if _, err := parseSteal([]byte(bad)); err == nil {
+			t.Errorf("%s: no error", name)
+		}
+	}
+}

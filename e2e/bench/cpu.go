@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
@@ -38,6 +39,38 @@ func procCPU(pid int) (float64, error) {
 	return float64(utime+stime) / clockTicks, nil
 }
 
+// stealByCPU returns, per CPU, the seconds the hypervisor ran something
+// else while this machine's CPU had work (steal, from /proc/stat).
+func stealByCPU() (map[int]float64, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return nil, err
+	}
+	return parseSteal(b)
+}
+
+// parseSteal reads the steal field (the eighth number) of each cpuN line
+// of /proc/stat.
+func parseSteal(stat []byte) (map[int]float64, error) {
+	out := map[int]float64{}
+	for line := range bytes.Lines(stat) {
+		f := bytes.Fields(line)
+		if len(f) < 9 || !bytes.HasPrefix(f[0], []byte("cpu")) || len(f[0]) == 3 {
+			continue
+		}
+		cpu, err1 := strconv.Atoi(string(f[0][3:]))
+		steal, err2 := strconv.ParseUint(string(f[8]), 10, 64)
+		if err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("/proc/stat: bad line %q", bytes.TrimSpace(line))
+		}
+		out[cpu] = float64(steal) / clockTicks
+	}
+	if len(out) == 0 {
+		return nil, errors.New("/proc/stat: no cpuN lines")
+	}
+	return out, nil
+}
+
 // cpuSample is the CPU seconds of several processes at one time.
 type cpuSample struct {
 	at  time.Time
@@ -46,20 +79,22 @@ type cpuSample struct {
 
 // sampler reads the CPU time of named processes every sampleInterval, so that the
 // CPU used in a window known only afterwards (the load generator's measured
-// window) can be interpolated.
+// window) can be interpolated. It also reads the steal of named sets of
+// CPUs (nil: all), as if each were a process.
 type sampler struct {
-	pids map[string]int
-	mu   sync.Mutex
-	all  []cpuSample
-	stop chan struct{}
-	done chan struct{}
+	pids  map[string]int
+	steal map[string][]int
+	mu    sync.Mutex
+	all   []cpuSample
+	stop  chan struct{}
+	done  chan struct{}
 }
 
 // sampleInterval is how often the sampler reads /proc.
 const sampleInterval = 100 * time.Millisecond
 
-func startSampler(pids map[string]int) *sampler {
-	s := &sampler{pids: pids, stop: make(chan struct{}), done: make(chan struct{})}
+func startSampler(pids map[string]int, steal map[string][]int) *sampler {
+	s := &sampler{pids: pids, steal: steal, stop: make(chan struct{}), done: make(chan struct{})}
 	s.sample()
 	go func() {
 		defer close(s.done)
@@ -85,9 +120,31 @@ func (s *sampler) sample() {
 			c.cpu[name] = v
 		}
 	}
+	if len(s.steal) > 0 {
+		if byCPU, err := stealByCPU(); err == nil {
+			for name, cpus := range s.steal {
+				c.cpu[name] = sumSteal(byCPU, cpus)
+			}
+		}
+	}
 	s.mu.Lock()
 	s.all = append(s.all, c)
 	s.mu.Unlock()
+}
+
+// sumSteal adds the steal of cpus (nil: all).
+func sumSteal(byCPU map[int]float64, cpus []int) float64 {
+	var sum float64
+	if cpus == nil {
+		for _, v := range byCPU {
+			sum += v
+		}
+		return sum
+	}
+	for _, c := range cpus {
+		sum += byCPU[c]
+	}
+	return sum
 }
 
 // Stop takes a last sample and stops.

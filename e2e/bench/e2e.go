@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"time"
 
@@ -87,6 +88,24 @@ type loadRun struct {
 	sum   *loadtest.Summary
 	cpu   map[string]float64 // CPU seconds in the window, by process
 	cores map[string]float64 // cores kept busy in the window
+	// steal is the share of CPU time the hypervisor took in the window, in
+	// percent, of all CPUs ("all") and, when split, of the CA's ("server")
+	// and the load generator's ("client"). A CPU taken away for a few
+	// milliseconds stalls whatever runs on it: it shows in the tail
+	// latency, not in the CPU time of the processes.
+	steal map[string]float64
+}
+
+// stealGroups are the sets of CPUs whose steal a load run reports, and
+// how many CPUs each has.
+func (b *bench) stealGroups() (map[string][]int, map[string]int) {
+	groups := map[string][]int{"all": nil}
+	sizes := map[string]int{"all": runtime.NumCPU()}
+	if b.place.server != nil {
+		groups["server"], sizes["server"] = b.place.server, len(b.place.server)
+		groups["client"], sizes["client"] = b.place.client, len(b.place.client)
+	}
+	return groups, sizes
 }
 
 // runLoadtest runs the load generator as a process of its own against ca,
@@ -102,7 +121,12 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 		return nil, err
 	}
 	etcd, apiserver := cp.PIDs()
-	s := startSampler(map[string]int{"server": ca.Pid(), "apiserver": apiserver, "etcd": etcd, "client": p.Pid()})
+	groups, sizes := b.stealGroups()
+	stealOf := map[string][]int{}
+	for name, cpus := range groups {
+		stealOf["steal_"+name] = cpus
+	}
+	s := startSampler(map[string]int{"server": ca.Pid(), "apiserver": apiserver, "etcd": etcd, "client": p.Pid()}, stealOf)
 	select {
 	case <-p.Done():
 	case <-ctx.Done():
@@ -110,7 +134,7 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	}
 	runErr := p.Err()
 	s.Stop()
-	r := &loadRun{sum: &loadtest.Summary{}, cpu: map[string]float64{}, cores: map[string]float64{}}
+	r := &loadRun{sum: &loadtest.Summary{}, cpu: map[string]float64{}, cores: map[string]float64{}, steal: map[string]float64{}}
 	if err := json.Unmarshal(stdout.Bytes(), r.sum); err != nil {
 		if runErr != nil {
 			return nil, fmt.Errorf("workload-ca loadtest: %w", runErr)
@@ -119,6 +143,11 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	}
 	for name := range s.pids {
 		r.cpu[name], r.cores[name] = s.coresUsed(name, r.sum.WindowStart, r.sum.WindowEnd)
+	}
+	for name, n := range sizes {
+		if _, cores := s.coresUsed("steal_"+name, r.sum.WindowStart, r.sum.WindowEnd); cores >= 0 {
+			r.steal[name] = 100 * cores / float64(n)
+		}
 	}
 	if runErr != nil { // a summary, and a failure (an incomplete storm)
 		return r, fmt.Errorf("workload-ca loadtest: %w", runErr)
@@ -187,6 +216,7 @@ func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlan
 	}
 	b.logf("  %.0f certs/s, server %.2f cores, client %.2f cores, p99 %.2fms, errors %d %v",
 		s.CertsPerSec, r.cores["server"], r.cores["client"], s.LatencyMS.P99, s.Errors, s.ErrorsByCode)
+	b.recordSteal("e2e", r)
 	return s.CertsPerSec, nil
 }
 
@@ -245,6 +275,7 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	}
 	b.logf("  %.0f certs/s, p50 %.2fms, p99 %.2fms, p99.9 %.2fms, errors %d %v",
 		s.CertsPerSec, s.LatencyMS.P50, s.LatencyMS.P99, s.LatencyMS.P999, s.Errors, s.ErrorsByCode)
+	b.recordSteal("half_rate", r)
 	if lag := s.StartLagMS; lag != nil {
 		b.res.set("client_start_lag_p50_ms_at_half_rate", lag.P50)
 		b.res.set("client_start_lag_p99_ms_at_half_rate", lag.P99)
@@ -262,6 +293,22 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	b.logf("  the service itself (audit log, %d requests): p50 %.2fms, p99 %.2fms",
 		len(took), ms(quantile(took, 0.50)), ms(quantile(took, 0.99)))
 	return nil
+}
+
+// recordSteal records and logs the CPU steal of a load run.
+func (b *bench) recordSteal(phase string, r *loadRun) {
+	all, ok := r.steal["all"]
+	if !ok {
+		return
+	}
+	b.res.set(phase+"_cpu_steal_percent", all)
+	line := fmt.Sprintf("  CPU steal by the hypervisor: %.1f%% of all CPUs", all)
+	if server, ok := r.steal["server"]; ok {
+		b.res.set(phase+"_cpu_steal_percent_server_cpus", server)
+		b.res.set(phase+"_cpu_steal_percent_client_cpus", r.steal["client"])
+		line += fmt.Sprintf(" (the CA's %.1f%%, the load generator's %.1f%%)", server, r.steal["client"])
+	}
+	b.logf("%s", line)
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
