@@ -97,10 +97,13 @@ type loadRun struct {
 }
 
 // stealGroups are the sets of CPUs whose steal a load run reports, and
-// how many CPUs each has.
+// how many CPUs each has: "all" is the CPUs this process may use.
 func (b *bench) stealGroups() (map[string][]int, map[string]int) {
 	groups := map[string][]int{"all": nil}
 	sizes := map[string]int{"all": runtime.NumCPU()}
+	if cpus, err := proc.CPUs(); err == nil {
+		groups["all"], sizes["all"] = cpus, len(cpus)
+	}
 	if b.place.server != nil {
 		groups["server"], sizes["server"] = b.place.server, len(b.place.server)
 		groups["client"], sizes["client"] = b.place.client, len(b.place.client)
