@@ -1,8 +1,6 @@
 package podcert
 
 import (
-	"bytes"
-	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -10,6 +8,7 @@ import (
 	"crypto/x509"
 	"log/slog"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -107,22 +106,14 @@ func TestE2E(t *testing.T) {
 	// ahead of all the others, which one worker decides in order.
 	create(newPCR(t, "apps", "other-signer", "web-sa", "example.com/other", key, 86400))
 
-	var audit bytes.Buffer
+	var audit testlog.Buffer // written by the signer while the test reads it
 	client := grantSigner(t, cp, "podcert-signer", testSigner, "example.com/other")
 	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD,
 		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testwait.Run(t, c.Run)
 
 	waitDecided := func(name string) *certv1.PodCertificateRequest {
 		t.Helper()
@@ -173,7 +164,7 @@ func TestE2E(t *testing.T) {
 		if !got.Status.NotAfter.Time.Equal(leaf.NotAfter) {
 			t.Errorf("status.notAfter %v, leaf %v", got.Status.NotAfter, leaf.NotAfter)
 		}
-		if !bytes.Contains(audit.Bytes(), []byte(`"msg":"pod certificate issued"`)) {
+		if !strings.Contains(audit.String(), `"msg":"pod certificate issued"`) {
 			t.Errorf("no audit record of the issue:\n%s", audit.String())
 		}
 	})
@@ -201,7 +192,7 @@ func TestE2E(t *testing.T) {
 		if err != nil || decided(got) {
 			t.Fatalf("other signer's request: %v, conditions %+v; want untouched", err, got.Status.Conditions)
 		}
-		if bytes.Contains(audit.Bytes(), []byte("other-signer")) {
+		if strings.Contains(audit.String(), "other-signer") {
 			t.Errorf("an audit record names the other signer's request:\n%s", audit.String())
 		}
 	})
