@@ -1,9 +1,7 @@
 package rootconfigmap
 
 import (
-	"context"
 	"crypto/x509"
-	"sync"
 	"testing"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/contest"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")
@@ -50,18 +49,5 @@ func namespace(name string, labels map[string]string) *corev1.Namespace {
 // ends; Run must then return nil.
 func startRun(t *testing.T, p *Publisher) (stop func()) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx) }()
-	var once sync.Once
-	stop = func() {
-		once.Do(func() {
-			cancel()
-			if err := <-errc; err != nil {
-				t.Errorf("Run: %v", err)
-			}
-		})
-	}
-	t.Cleanup(stop)
-	return stop
+	return testwait.Run(t, p.Run)
 }

@@ -1,7 +1,6 @@
 package trustbundle
 
 import (
-	"context"
 	"crypto/x509"
 	"testing"
 
@@ -10,6 +9,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/workload-ca/workload-ca/internal/contest"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")
@@ -45,13 +45,5 @@ func bundle(name, signer, content string, labels map[string]string) *certv1.Clus
 // return nil.
 func startRun(t *testing.T, p *Publisher) {
 	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	errc := make(chan error, 1)
-	go func() { errc <- p.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-errc; err != nil {
-			t.Errorf("Run: %v", err)
-		}
-	})
+	testwait.Run(t, p.Run)
 }

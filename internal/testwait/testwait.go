@@ -3,6 +3,8 @@
 package testwait
 
 import (
+	"context"
+	"sync"
 	"testing"
 	"time"
 )
@@ -21,4 +23,25 @@ func Eventually(t testing.TB, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// Run runs run in the background until stop is called or the test ends,
+// whichever is first; then it cancels run's context, waits for run to
+// return, and fails t unless it returned nil.
+func Run(t testing.TB, run func(context.Context) error) (stop func()) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	errc := make(chan error, 1)
+	go func() { errc <- run(ctx) }()
+	var once sync.Once
+	stop = func() {
+		once.Do(func() {
+			cancel()
+			if err := <-errc; err != nil {
+				t.Errorf("Run: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return stop
 }
