@@ -69,7 +69,7 @@ ctxt 99
 	if len(got) != 2 || got[0] != 258.41 || got[1] != 303.90 {
 		t.Errorf("steal by CPU %v, want cpu0 258.41 s and cpu1 303.90 s", got)
 	}
-	if sum := sumSteal(got, nil); sum != 258.41+303.90 {
+	if sum := sumSteal(got, []int{0, 1}); sum != 258.41+303.90 {
 		t.Errorf("all CPUs: %v", sum)
 	}
 	if sum := sumSteal(got, []int{1}); sum != 303.90 {

@@ -80,7 +80,7 @@ type cpuSample struct {
 // sampler reads the CPU time of named processes every sampleInterval, so that the
 // CPU used in a window known only afterwards (the load generator's measured
 // window) can be interpolated. It also reads the steal of named sets of
-// CPUs (nil: all), as if each were a process.
+// CPUs, as if each were a process.
 type sampler struct {
 	pids  map[string]int
 	steal map[string][]int
@@ -132,15 +132,9 @@ func (s *sampler) sample() {
 	s.mu.Unlock()
 }
 
-// sumSteal adds the steal of cpus (nil: all).
+// sumSteal adds the steal of cpus.
 func sumSteal(byCPU map[int]float64, cpus []int) float64 {
 	var sum float64
-	if cpus == nil {
-		for _, v := range byCPU {
-			sum += v
-		}
-		return sum
-	}
 	for _, c := range cpus {
 		sum += byCPU[c]
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"time"
 
@@ -96,19 +95,17 @@ type loadRun struct {
 	steal map[string]float64
 }
 
-// stealGroups are the sets of CPUs whose steal a load run reports, and
-// how many CPUs each has: "all" is the CPUs this process may use.
-func (b *bench) stealGroups() (map[string][]int, map[string]int) {
-	groups := map[string][]int{"all": nil}
-	sizes := map[string]int{"all": runtime.NumCPU()}
+// stealGroups are the sets of CPUs whose steal a load run reports: "all"
+// is the CPUs this process may use.
+func (b *bench) stealGroups() map[string][]int {
+	groups := map[string][]int{}
 	if cpus, err := proc.CPUs(); err == nil {
-		groups["all"], sizes["all"] = cpus, len(cpus)
+		groups["all"] = cpus
 	}
 	if b.place.server != nil {
-		groups["server"], sizes["server"] = b.place.server, len(b.place.server)
-		groups["client"], sizes["client"] = b.place.client, len(b.place.client)
+		groups["server"], groups["client"] = b.place.server, b.place.client
 	}
-	return groups, sizes
+	return groups
 }
 
 // runLoadtest runs the load generator as a process of its own against ca,
@@ -119,12 +116,12 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	b.logf("  %s %v", filepath.Base(b.opts.binary), args)
 	var stdout bytes.Buffer
 	p, err := proc.Start("workload-ca loadtest", b.opts.binary, args, cahost.ChildEnv(), &stdout,
-		prefixWriter{w: b.log, prefix: "  | "}, b.place.clientOptions()...)
+		prefixWriter{w: b.log, prefix: "  | "}, proc.OnCPUs(b.place.client...))
 	if err != nil {
 		return nil, err
 	}
 	etcd, apiserver := cp.PIDs()
-	groups, sizes := b.stealGroups()
+	groups := b.stealGroups()
 	stealOf := map[string][]int{}
 	for name, cpus := range groups {
 		stealOf["steal_"+name] = cpus
@@ -147,9 +144,9 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	for name := range s.pids {
 		r.cpu[name], r.cores[name] = s.coresUsed(name, r.sum.WindowStart, r.sum.WindowEnd)
 	}
-	for name, n := range sizes {
+	for name, cpus := range groups {
 		if _, cores := s.coresUsed("steal_"+name, r.sum.WindowStart, r.sum.WindowEnd); cores >= 0 {
-			r.steal[name] = 100 * cores / float64(n)
+			r.steal[name] = 100 * cores / float64(len(cpus))
 		}
 	}
 	if runErr != nil { // a summary, and a failure (an incomplete storm)

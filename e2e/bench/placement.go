@@ -48,14 +48,6 @@ func (p placement) describe() string {
 	return fmt.Sprintf("the CA on CPUs %v, the load generator on CPUs %v", p.server, p.client)
 }
 
-// clientOptions start the load generator on its CPUs.
-func (p placement) clientOptions() []proc.Option {
-	if p.client == nil {
-		return nil
-	}
-	return []proc.Option{proc.OnCPUs(p.client...)}
-}
-
 // onServerCPUs runs f where the CA runs.
 func (p placement) onServerCPUs(f func() error) error {
 	if p.server == nil {

@@ -239,11 +239,8 @@ func (c *CA) start(ctx context.Context) error {
 		out = io.MultiWriter(c.logFile, c.opts.Log)
 	}
 	began := time.Now()
-	var popts []proc.Option
-	if len(c.opts.CPUs) > 0 {
-		popts = append(popts, proc.OnCPUs(c.opts.CPUs...))
-	}
-	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, append(ChildEnv(), c.opts.Env...), out, out, popts...); err != nil {
+	if c.proc, err = proc.Start("workload-ca", c.opts.Binary, args, append(ChildEnv(), c.opts.Env...), out, out,
+		proc.OnCPUs(c.opts.CPUs...)); err != nil {
 		return err
 	}
 	if err := c.waitServing(ctx, logStart); err != nil {

@@ -56,6 +56,16 @@ func TestOnCPUs(t *testing.T) {
 			t.Errorf("child on CPUs %s only, want all of %v", got, cpus)
 		}
 	})
+	t.Run("with the option and no CPUs the child may run anywhere", func(t *testing.T) {
+		p, err := Start("sh", "/bin/sh", []string{"-c", "grep Cpus_allowed_list /proc/self/status"}, nil, nil, nil, OnCPUs())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = p.Kill(5 * time.Second) })
+		if got := allowedCPUs(t, waitOutput(t, p)); got == want {
+			t.Errorf("child on CPUs %s only, want all of %v", got, cpus)
+		}
+	})
 	t.Run("RunOnCPUs runs f on the CPUs and leaves the process as it was", func(t *testing.T) {
 		var inside string
 		err := RunOnCPUs([]int{last}, func() error {

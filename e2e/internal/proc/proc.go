@@ -36,7 +36,8 @@ type startOptions struct {
 }
 
 // OnCPUs runs the child, and everything it starts, on these CPUs only
-// (Linux; elsewhere Start fails). Go programs size GOMAXPROCS to them.
+// (Linux; elsewhere Start fails). Go programs size GOMAXPROCS to them. No
+// CPUs: anywhere, as without the option.
 func OnCPUs(cpus ...int) Option {
 	return func(o *startOptions) { o.cpus = cpus }
 }
