@@ -31,7 +31,7 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
 	args := []string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}
-	if b.opts.cpuProfile != "" {
+	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" {
 		args = append(args, "--pprof")
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -181,19 +181,9 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 // the rate.
 func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string) (float64, error) {
 	b.logf("end to end at the maximum rate: %d ztunnels × %d identities, %v after %v warm-up", b.opts.ztunnels, b.opts.identities, b.opts.duration, b.opts.warmup)
-	var profDone chan error
-	if b.opts.cpuProfile != "" {
-		profDone = make(chan error, 1)
-		go func() { profDone <- b.fetchProfile(ctx) }()
-	}
+	profiled := b.profile(ctx, b.opts.cpuProfile, b.opts.warmup)
 	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--duration", b.opts.duration.String(), "--warmup", b.opts.warmup.String())
-	if profDone != nil {
-		if perr := <-profDone; perr != nil {
-			b.logf("  CPU profile: %v", perr)
-		} else {
-			b.logf("  server CPU profile: %s", b.opts.cpuProfile)
-		}
-	}
+	profiled()
 	if err != nil {
 		return 0, err
 	}
@@ -220,13 +210,32 @@ func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlan
 	return s.CertsPerSec, nil
 }
 
-// fetchProfile takes the server's CPU profile during the measured window
-// of the maximum-rate run (approximately: from 1s after the warm-up for
-// the window less 2s).
-func (b *bench) fetchProfile(ctx context.Context) error {
+// profile starts taking the server's CPU profile into path for the
+// measured window of a load run that warms up for warmup, and returns the
+// function that waits for it and logs the outcome. With no path, it does
+// nothing.
+func (b *bench) profile(ctx context.Context, path string, warmup time.Duration) (wait func()) {
+	if path == "" {
+		return func() {}
+	}
+	done := make(chan error, 1)
+	go func() { done <- b.fetchProfile(ctx, path, warmup) }()
+	return func() {
+		if err := <-done; err != nil {
+			b.logf("  CPU profile: %v", err)
+			return
+		}
+		b.logf("  server CPU profile: %s", path)
+	}
+}
+
+// fetchProfile takes the server's CPU profile into path during the
+// measured window of a load run (approximately: from 1s after the warm-up
+// for the window less 2s).
+func (b *bench) fetchProfile(ctx context.Context, path string, warmup time.Duration) error {
 	secs := max(1, int((b.opts.duration - 2*time.Second).Seconds()))
 	select {
-	case <-time.After(b.opts.warmup + time.Second):
+	case <-time.After(warmup + time.Second):
 	case <-ctx.Done():
 		return ctx.Err()
 	}
@@ -243,7 +252,7 @@ func (b *bench) fetchProfile(ctx context.Context) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("GET /debug/pprof/profile: %s", resp.Status)
 	}
-	f, err := os.Create(b.opts.cpuProfile)
+	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
@@ -258,8 +267,10 @@ func (b *bench) fetchProfile(ctx context.Context) error {
 // maximum) for latency.
 func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string, rate float64) error {
 	b.logf("end to end at half the maximum rate: %.0f requests/s, open loop", rate)
+	profiled := b.profile(ctx, b.opts.halfCPUProfile, b.opts.halfWarmup)
 	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--rate", strconv.FormatFloat(rate, 'f', 1, 64),
 		"--duration", b.opts.duration.String(), "--warmup", b.opts.halfWarmup.String())
+	profiled()
 	if err != nil {
 		return err
 	}
