@@ -36,6 +36,8 @@ const (
 	rbacValues = "ci/full-values.yaml"
 	// rootConfigMap is Istio's root ConfigMap, as the chart's RBAC names it.
 	rootConfigMap = "istio-ca-root-cert"
+	// meshNS is a namespace the chart's root ConfigMap selector matches.
+	meshNS = "wca-rbac-mesh"
 )
 
 // chartRelease is what the rendered Deployment says the CA will use: the
@@ -50,12 +52,15 @@ type chartRelease struct {
 	args                   []string
 	clusterRole, role      *unstructured.Unstructured
 	clusterBinding, roleBd *unstructured.Unstructured
+	policies               []string // ValidatingAdmissionPolicy names
 }
 
 // TestChartRBAC applies the chart's ServiceAccount, roles and bindings for
 // real and shows with SubjectAccessReviews that they grant what the CA
 // needs and deny what it does not; that ClusterTrustBundle admission (the
-// attest check) keeps the service account to its own signers; and that the
+// attest check) keeps the service account to its own signers; that the
+// chart's ValidatingAdmissionPolicies narrow what RBAC cannot and keep
+// other writers off what the CA publishes; and that the
 // real `workload-ca serve`, authenticated as that service account with the
 // chart's own flags, becomes ready, leads, publishes its bundles and issues
 // certificates.
@@ -68,7 +73,8 @@ func TestChartRBAC(t *testing.T) {
 	ap := newApplier(t, s.cp.RESTConfig())
 	for _, o := range objs {
 		switch o.GetKind() {
-		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding":
+		case "ServiceAccount", "ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding",
+			"ValidatingAdmissionPolicy", "ValidatingAdmissionPolicyBinding":
 			if _, err := ap.apply(t.Context(), o, false); err != nil {
 				t.Fatalf("apply %s: %v", objName(o), err)
 			}
@@ -82,9 +88,12 @@ func TestChartRBAC(t *testing.T) {
 		}
 	}
 
+	waitForPolicies(t, s, rel)
+
 	t.Run("the rules are exactly the ones the CA needs", func(t *testing.T) { checkRules(t, rel) })
 	t.Run("SubjectAccessReviews", func(t *testing.T) { checkAccessReviews(t, s, rel) })
 	t.Run("ClusterTrustBundle admission allows only our signers", func(t *testing.T) { checkBundleAdmission(t, s, rel) })
+	t.Run("admission policies hold the CA to the objects it owns", func(t *testing.T) { checkOwnWrites(t, s, rel) })
 	t.Run("workload-ca serve runs as the service account", func(t *testing.T) { runAsServiceAccount(t, s, rel, objs) })
 }
 
@@ -95,6 +104,14 @@ func releaseOf(t *testing.T, objs []*unstructured.Unstructured) chartRelease {
 		clusterRole: findObject(t, objs, "ClusterRole"), role: findObject(t, objs, "Role"),
 		clusterBinding: findObject(t, objs, "ClusterRoleBinding"), roleBd: findObject(t, objs, "RoleBinding")}
 	rel.serviceAccount = findObject(t, objs, "ServiceAccount").GetName()
+	for _, o := range objs {
+		if o.GetKind() == "ValidatingAdmissionPolicy" {
+			rel.policies = append(rel.policies, o.GetName())
+		}
+	}
+	if len(rel.policies) != 3 {
+		t.Fatalf("%s renders the policies %q; it should set admissionPolicy.exclusive, so that all three are tested", rbacValues, rel.policies)
+	}
 	flag := func(name string) string {
 		for _, a := range rel.args {
 			if v, ok := strings.CutPrefix(a, "--"+name+"="); ok {
@@ -316,15 +333,7 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 	}
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
 	create := func(signer string) error {
-		b := &certificatesv1.ClusterTrustBundle{
-			ObjectMeta: metav1.ObjectMeta{Name: strings.ReplaceAll(signer, "/", ":") + ":e2e-dry-run"},
-			Spec:       certificatesv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: root},
-		}
-		if signer == "" {
-			b.Name = "e2e-dry-run-unsigned"
-		}
-		_, err := client.CertificatesV1().ClusterTrustBundles().Create(t.Context(), b, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-		return err
+		return createBundle(t.Context(), client, signerBundleName(signer), signer, root)
 	}
 	for _, signer := range []string{rel.signer, "istio.io/istiod-ca"} {
 		if err := create(signer); err != nil {
@@ -336,10 +345,8 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 			t.Errorf("bundle of signer %s: %v, want Forbidden by the attest check", signer, err)
 		}
 	}
-	// Not restrictable by RBAC or admission: a bundle without a signer.
-	// Pods select bundles by signer name, so such a bundle is never mounted
-	// through a signer selector, but it can be created.
-	t.Logf("a bundle without a signer (no attest check): create error = %v", create(""))
+	// A bundle without a signer passes RBAC and the attest check; the
+	// chart's admission policy refuses it (checkOwnWrites).
 }
 
 // runAsServiceAccount runs the real CA with the chart's flags under a
@@ -422,6 +429,9 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	secretMode := caSecret != ""
 	checkPublished(t, s, rel, ca, secretMode)
 	checkRootConfigMaps(t, s, rel)
+	t.Run("admissionPolicy.exclusive: istiod cannot change what the CA publishes", func(t *testing.T) {
+		checkExclusive(t, s, rel, meshNS)
+	})
 	if secretMode {
 		if _, err := client.CoreV1().Secrets(rel.ns).Get(t.Context(), rel.caSecret, metav1.GetOptions{}); err != nil {
 			t.Errorf("CA Secret %s/%s: %v", rel.ns, rel.caSecret, err)
@@ -436,7 +446,8 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	user := "system:serviceaccount:" + rel.ns + ":" + rel.serviceAccount
 	refused := 0
 	for line := range strings.SplitSeq(logs, "\n") {
-		if strings.Contains(line, user) && strings.Contains(line, " cannot ") || strings.Contains(line, "RBAC must allow") {
+		if strings.Contains(line, user) && strings.Contains(line, " cannot ") || strings.Contains(line, "RBAC must allow") ||
+			strings.Contains(line, "ValidatingAdmissionPolicy") {
 			if refused++; refused <= 5 {
 				t.Errorf("the CA was refused by the apiserver: %s", line)
 			}
@@ -503,7 +514,7 @@ func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
 	if !ok {
 		t.Fatalf("--istio-root-configmap-namespaces %q: want key=value", rel.rootConfigMapSelector)
 	}
-	createNamespace(t, s, "wca-rbac-mesh", map[string]string{key: value})
+	createNamespace(t, s, meshNS, map[string]string{key: value})
 	createNamespace(t, s, "wca-rbac-outside", nil)
 	client := s.cp.Client()
 	istio, err := client.CertificatesV1().ClusterTrustBundles().Get(t.Context(), "istio.io:istiod-ca:root-cert", metav1.GetOptions{})
@@ -513,7 +524,7 @@ func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
 	roots := parsePEMCerts(t, istio.Spec.TrustBundle)
 	var last string
 	err = pollUntil(t, 30*time.Second, func() (bool, error) {
-		cm, err := client.CoreV1().ConfigMaps("wca-rbac-mesh").Get(t.Context(), rootConfigMap, metav1.GetOptions{})
+		cm, err := client.CoreV1().ConfigMaps(meshNS).Get(t.Context(), rootConfigMap, metav1.GetOptions{})
 		if apierrors.IsNotFound(err) {
 			last = "no ConfigMap"
 			return false, nil
@@ -526,7 +537,7 @@ func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
 		return slices.EqualFunc(got, roots, (*x509.Certificate).Equal) && cm.Labels["app.kubernetes.io/managed-by"] == "workload-ca", nil
 	})
 	if err != nil {
-		t.Errorf("%s in wca-rbac-mesh: %v (last: %s)", rootConfigMap, err, last)
+		t.Errorf("%s in %s: %v (last: %s)", rootConfigMap, meshNS, err, last)
 	}
 	if _, err := client.CoreV1().ConfigMaps("wca-rbac-outside").Get(t.Context(), rootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("%s in a namespace the selector does not match: %v, want NotFound", rootConfigMap, err)

@@ -1,0 +1,237 @@
+package e2e_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	certificatesv1 "k8s.io/api/certificates/v1"
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+// istiodUser is the writer the exclusive policies keep out: istiod's
+// service account, impersonated with system:masters so that RBAC allows
+// everything and any refusal is the policies'.
+const istiodUser = "system:serviceaccount:istio-system:istiod"
+
+// Dry runs write nothing; admission, the policies included, still runs.
+var (
+	dryCreate = metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	dryUpdate = metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}}
+	dryDelete = metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}
+)
+
+// admissionCase is one write and the policy message it must be refused
+// with; an empty message means it must be allowed.
+type admissionCase struct {
+	name    string
+	write   func(ctx context.Context) error
+	refused string
+}
+
+// policyClients returns clients acting as the chart's service account and
+// as istiod.
+func policyClients(t *testing.T, s *suite, rel chartRelease) (ca, istiod kubernetes.Interface) {
+	t.Helper()
+	ca, err := kubernetes.NewForConfig(s.cp.ServiceAccountConfig(rel.ns, rel.serviceAccount))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := s.cp.RESTConfig()
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: istiodUser, Groups: []string{"system:masters", "system:authenticated"}}
+	if istiod, err = kubernetes.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	return ca, istiod
+}
+
+// waitForPolicies waits until each rendered policy refuses a write it
+// exists to refuse: a policy takes effect a moment after it is created.
+// (Its type-check status is written by kube-controller-manager, which this
+// control plane does not run; an expression that fails at run time would
+// refuse the writes that checkOwnWrites and checkExclusive require to
+// pass, since the policies fail closed.)
+func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
+	t.Helper()
+	ca, istiod := policyClients(t, s, rel)
+	root := string(testca.NewRoot(t, testca.P256).CertPEM())
+	probes := []admissionCase{
+		{"own-writes", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "wca-policy-probe") },
+			"only ConfigMaps named istio-ca-root-cert"},
+		{"trust-bundles", func(ctx context.Context) error { return createBundle(ctx, ca, "wca-policy-probe", "", root) },
+			"only ClusterTrustBundles of its signers"},
+		{"root-configmaps", func(ctx context.Context) error { return createConfigMap(ctx, istiod, "default", rootConfigMap) },
+			"may not create it or change its data"},
+	}
+	if len(probes) != len(rel.policies) {
+		t.Fatalf("%d probes for the policies %q", len(probes), rel.policies)
+	}
+	for _, p := range probes {
+		var last error
+		err := pollUntil(t, 30*time.Second, func() (bool, error) {
+			last = p.write(t.Context())
+			return refusedBy(last, p.refused), nil
+		})
+		if err != nil {
+			t.Fatalf("policy %s never took effect (last: %v)", p.name, last)
+		}
+	}
+}
+
+// checkOwnWrites shows that the policies narrow what the chart's RBAC
+// grants the CA: create cannot be limited by name in RBAC, and a bundle
+// without a signer passes the attest check.
+func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
+	ca, _ := policyClients(t, s, rel)
+	root := string(testca.NewRoot(t, testca.P256).CertPEM())
+	leases := ca.CoordinationV1().Leases(rel.ns)
+	secrets := ca.CoreV1().Secrets(rel.ns)
+	runAdmissionCases(t, []admissionCase{
+		{"Istio's root ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", rootConfigMap) }, ""},
+		{"a ConfigMap of another name", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "coredns-custom") },
+			"only ConfigMaps named istio-ca-root-cert"},
+		{"another ConfigMap in kube-system", func(ctx context.Context) error { return createConfigMap(ctx, ca, "kube-system", "coredns-custom") },
+			"only ConfigMaps named istio-ca-root-cert"},
+		{"its Lease", func(ctx context.Context) error { return createLease(ctx, leases, rel.lease) }, ""},
+		{"another Lease", func(ctx context.Context) error { return createLease(ctx, leases, "kube-scheduler") },
+			"only its own Lease"},
+		{"its CA Secret", func(ctx context.Context) error { return createSecret(ctx, secrets, rel.caSecret) }, ""},
+		{"another Secret", func(ctx context.Context) error { return createSecret(ctx, secrets, "other") },
+			"only its own Secret"},
+		{"a bundle of its signer", func(ctx context.Context) error {
+			return createBundle(ctx, ca, signerBundleName(rel.signer), rel.signer, root)
+		}, ""},
+		{"a bundle without a signer", func(ctx context.Context) error { return createBundle(ctx, ca, "wca-unsigned", "", root) },
+			"only ClusterTrustBundles of its signers"},
+	})
+}
+
+// checkExclusive shows that, with admissionPolicy.exclusive, another
+// writer (istiod) can neither create nor change the content of what the
+// CA publishes, while labels and deletes stay open and what the CA does
+// not publish is untouched. It runs while the CA is serving, after it has
+// published the root ConfigMap in meshNS and istio.io:istiod-ca:root-cert.
+func checkExclusive(t *testing.T, s *suite, rel chartRelease, meshNS string) {
+	_, istiod := policyClients(t, s, rel)
+	other := string(testca.NewRoot(t, testca.P256).CertPEM())
+	cms := istiod.CoreV1().ConfigMaps(meshNS)
+	bundles := istiod.CertificatesV1().ClusterTrustBundles()
+	const istioBundle = "istio.io:istiod-ca:root-cert"
+	editConfigMap := func(edit func(*corev1.ConfigMap)) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			edit(cm)
+			_, err = cms.Update(ctx, cm, dryUpdate)
+			return err
+		}
+	}
+	editBundle := func(edit func(*certificatesv1.ClusterTrustBundle)) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			b, err := bundles.Get(ctx, istioBundle, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			edit(b)
+			_, err = bundles.Update(ctx, b, dryUpdate)
+			return err
+		}
+	}
+	const refusedCM, refusedBundle = "may not create it or change its data", "may not create one or change its trustBundle"
+	runAdmissionCases(t, []admissionCase{
+		{"istiod overwrites root-cert.pem", editConfigMap(func(cm *corev1.ConfigMap) { cm.Data["root-cert.pem"] = other }), refusedCM},
+		{"istiod adds a data key", editConfigMap(func(cm *corev1.ConfigMap) { cm.Data["extra.pem"] = other }), refusedCM},
+		{"istiod adds binaryData", editConfigMap(func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"x": {1}} }), refusedCM},
+		{"istiod labels it", editConfigMap(func(cm *corev1.ConfigMap) { metav1.SetMetaDataLabel(&cm.ObjectMeta, "example.org/seen", "yes") }), ""},
+		{"istiod deletes it", func(ctx context.Context) error { return cms.Delete(ctx, rootConfigMap, dryDelete) }, ""},
+		{"istiod creates it in another namespace", func(ctx context.Context) error { return createConfigMap(ctx, istiod, "default", rootConfigMap) }, refusedCM},
+		{"istiod creates another ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, istiod, meshNS, "istio") }, ""},
+		{"istiod replaces the Istio bundle's roots", editBundle(func(b *certificatesv1.ClusterTrustBundle) { b.Spec.TrustBundle = other }), refusedBundle},
+		{"istiod labels the Istio bundle", editBundle(func(b *certificatesv1.ClusterTrustBundle) {
+			metav1.SetMetaDataLabel(&b.ObjectMeta, "example.org/seen", "yes")
+		}), ""},
+		{"istiod deletes the Istio bundle", func(ctx context.Context) error { return bundles.Delete(ctx, istioBundle, dryDelete) }, ""},
+		{"istiod creates a bundle of the CA's signer", func(ctx context.Context) error {
+			return createBundle(ctx, istiod, signerBundleName(rel.signer), rel.signer, other)
+		}, refusedBundle},
+		{"istiod creates a bundle of another signer", func(ctx context.Context) error {
+			return createBundle(ctx, istiod, signerBundleName("example.com/other"), "example.com/other", other)
+		}, ""},
+	})
+
+	// For real, not a dry run: the published content survives the attempt.
+	cm, err := cms.Get(t.Context(), rootConfigMap, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := cm.Data["root-cert.pem"]
+	cm.Data["root-cert.pem"] = other
+	if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{}); !refusedBy(err, refusedCM) {
+		t.Errorf("istiod's real update: %v, want refused by the policy", err)
+	}
+	if got, err := cms.Get(t.Context(), rootConfigMap, metav1.GetOptions{}); err != nil || got.Data["root-cert.pem"] != want {
+		t.Errorf("after istiod's attempt the ConfigMap holds other roots (err %v)", err)
+	}
+}
+
+func runAdmissionCases(t *testing.T, cases []admissionCase) {
+	t.Helper()
+	for _, c := range cases {
+		err := c.write(t.Context())
+		switch {
+		case c.refused == "" && err != nil:
+			t.Errorf("%s: %v, want allowed", c.name, err)
+		case c.refused != "" && !refusedBy(err, c.refused):
+			t.Errorf("%s: %v, want Forbidden by a policy, saying %q", c.name, err, c.refused)
+		}
+	}
+}
+
+// refusedBy reports whether err is a ValidatingAdmissionPolicy's refusal
+// whose message holds msg.
+func refusedBy(err error, msg string) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "ValidatingAdmissionPolicy") && strings.Contains(err.Error(), msg)
+}
+
+func createConfigMap(ctx context.Context, c kubernetes.Interface, ns, name string) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name}, Data: map[string]string{"k": "v"}}
+	_, err := c.CoreV1().ConfigMaps(ns).Create(ctx, cm, dryCreate)
+	return err
+}
+
+func createLease(ctx context.Context, c interface {
+	Create(context.Context, *coordinationv1.Lease, metav1.CreateOptions) (*coordinationv1.Lease, error)
+}, name string) error {
+	_, err := c.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name}}, dryCreate)
+	return err
+}
+
+func createSecret(ctx context.Context, c interface {
+	Create(context.Context, *corev1.Secret, metav1.CreateOptions) (*corev1.Secret, error)
+}, name string) error {
+	_, err := c.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: name}}, dryCreate)
+	return err
+}
+
+func createBundle(ctx context.Context, c kubernetes.Interface, name, signer, roots string) error {
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: signer, TrustBundle: roots}}
+	_, err := c.CertificatesV1().ClusterTrustBundles().Create(ctx, b, dryCreate)
+	return err
+}
+
+// signerBundleName is a bundle name the API server accepts for signer: it
+// must start with the signer name, its slash made a colon.
+func signerBundleName(signer string) string {
+	return strings.ReplaceAll(signer, "/", ":") + ":e2e-dry-run"
+}
