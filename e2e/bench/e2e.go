@@ -281,8 +281,10 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	b.res.set("p50_ms_at_half_rate", s.LatencyMS.P50)
 	b.res.set("p99_ms_at_half_rate", s.LatencyMS.P99)
 	b.res.set("p99_9_ms_at_half_rate", s.LatencyMS.P999)
-	if r.cores["server"] >= 0 {
-		b.res.set("half_rate_server_cores_used", r.cores["server"])
+	for _, p := range []string{"server", "client"} {
+		if r.cores[p] >= 0 {
+			b.res.set("half_rate_"+p+"_cores_used", r.cores[p])
+		}
 	}
 	b.logf("  %.0f certs/s, p50 %.2fms, p99 %.2fms, p99.9 %.2fms, errors %d %v",
 		s.CertsPerSec, s.LatencyMS.P50, s.LatencyMS.P99, s.LatencyMS.P999, s.Errors, s.ErrorsByCode)

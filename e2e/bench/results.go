@@ -110,6 +110,7 @@ func (r results) table() tableSummary {
 		{key: "half_rate_target", format: "%.1f"},
 		{key: "half_rate_certs_per_sec", format: "%.1f"},
 		{key: "half_rate_server_cores_used", format: "%.2f"},
+		{key: "half_rate_client_cores_used", format: "%.2f"},
 		{key: "p50_ms_at_half_rate", format: "%.2f"},
 		{key: "p99_ms_at_half_rate", format: "%.2f", target: "<= 10", ok: func(v float64) bool { return v <= 10 }},
 		{key: "service_p50_ms_at_half_rate", format: "%.2f"},
