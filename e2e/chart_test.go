@@ -90,6 +90,33 @@ func TestChart(t *testing.T) {
 		})
 	}
 
+	t.Run("values that cannot work fail to render, saying why", func(t *testing.T) {
+		for _, c := range []struct {
+			name, want string // want: empty when it must render
+			args       []string
+		}{
+			{"no node agents", "nodeAgents must name at least one", []string{"--set-json", "nodeAgents=[]"}},
+			{"a node agent that is not namespace/serviceaccount", "is not namespace/serviceaccount", []string{"--set-json", `nodeAgents=["ztunnel"]`}},
+			{"an unknown CA mode", "ca.mode must be secret or plugin", []string{"--set", "ca.mode=file"}},
+			{"plugin mode without its Secret", "ca.plugin.secretName is required", []string{"--set", "ca.mode=plugin"}},
+			{"extraArgs renaming the CA Secret under the admission policies", "changes an object the admission policies name",
+				[]string{"--set-json", `extraArgs=["--ca-secret=other/state"]`}},
+			{"extraArgs renaming the Lease under the admission policies", "changes an object the admission policies name",
+				[]string{"--set-json", `extraArgs=["--leader-election-id", "other"]`}},
+			{"the same without the admission policies", "", []string{"--set-json", `extraArgs=["--ca-secret=other/state"]`,
+				"--set", "admissionPolicy.enabled=false"}},
+			{"extraArgs that rename nothing", "", []string{"--set-json", `extraArgs=["--log-level=debug"]`}},
+		} {
+			_, stderr, err := helmCmd(t, helm, append([]string{"template", "wca", chartDir, "--kube-version", kubeVersion}, c.args...)...)
+			switch {
+			case c.want == "" && err != nil:
+				t.Errorf("%s: %v: %s", c.name, err, stderr)
+			case c.want != "" && (err == nil || !strings.Contains(string(stderr), c.want)):
+				t.Errorf("%s: err %v, stderr %q; want a failure saying %q", c.name, err, stderr, c.want)
+			}
+		}
+	})
+
 	// The check above proves something only if the apiserver does warn about
 	// a pod template that breaks the restricted standard.
 	t.Run("a Deployment that breaks the restricted standard is warned about", func(t *testing.T) {
@@ -216,9 +243,19 @@ func helmBinary(t *testing.T) string {
 	return path
 }
 
-// runHelm runs helm with its cache, config and data homes in a temporary
-// directory, so nothing outside the test is read or written.
+// runHelm runs helm (see helmCmd) and fails the test if helm fails.
 func runHelm(t *testing.T, helm string, args ...string) []byte {
+	t.Helper()
+	stdout, stderr, err := helmCmd(t, helm, args...)
+	if err != nil {
+		t.Fatalf("helm %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout, stderr)
+	}
+	return stdout
+}
+
+// helmCmd runs helm with its cache, config and data homes in a temporary
+// directory, so nothing outside the test is read or written.
+func helmCmd(t *testing.T, helm string, args ...string) (stdout, stderr []byte, err error) {
 	t.Helper()
 	home := t.TempDir()
 	cmd := exec.CommandContext(t.Context(), helm, args...)
@@ -227,12 +264,10 @@ func runHelm(t *testing.T, helm string, args ...string) []byte {
 		"HELM_CONFIG_HOME="+filepath.Join(home, "config"),
 		"HELM_DATA_HOME="+filepath.Join(home, "data"),
 		"KUBECONFIG="+filepath.Join(home, "no-kubeconfig"))
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	if err := cmd.Run(); err != nil {
-		t.Fatalf("helm %s: %v\nstdout:\n%s\nstderr:\n%s", strings.Join(args, " "), err, stdout.String(), stderr.String())
-	}
-	return stdout.Bytes()
+	var out, errOut bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	err = cmd.Run()
+	return out.Bytes(), errOut.Bytes(), err
 }
 
 func valuesArgs(values []string) []string {

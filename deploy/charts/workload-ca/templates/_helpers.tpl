@@ -110,4 +110,11 @@ job="{{ include "workload-ca.fullname" . }}",namespace="{{ .Release.Namespace }}
 {{- fail (printf "nodeAgents: %q is not namespace/serviceaccount" .) }}
 {{- end }}
 {{- end }}
+{{- if .Values.admissionPolicy.enabled }}
+{{- range .Values.extraArgs }}
+{{- if regexMatch "^--?(ca-secret|leader-election-id|leader-election-namespace|signer-name|istio-compatible|istio-root-configmap)(=|$)" (toString .) }}
+{{- fail (printf "extraArgs: %s changes an object the admission policies name; set it through the chart's values (or admissionPolicy.enabled=false)" .) }}
+{{- end }}
+{{- end }}
+{{- end }}
 {{- end }}
