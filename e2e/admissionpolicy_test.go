@@ -118,34 +118,18 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 // writer (istiod) can neither create nor change the content of what the
 // CA publishes, while labels and deletes stay open and what the CA does
 // not publish is untouched. It runs while the CA is serving, after it has
-// published the root ConfigMap in meshNS and istio.io:istiod-ca:root-cert.
-func checkExclusive(t *testing.T, s *suite, rel chartRelease, meshNS string) {
+// published the root ConfigMap in namespace ns and istio.io:istiod-ca:root-cert.
+func checkExclusive(t *testing.T, s *suite, rel chartRelease, ns string) {
 	_, istiod := policyClients(t, s, rel)
 	other := string(testca.NewRoot(t, testca.P256).CertPEM())
-	cms := istiod.CoreV1().ConfigMaps(meshNS)
+	cms := istiod.CoreV1().ConfigMaps(ns)
 	bundles := istiod.CertificatesV1().ClusterTrustBundles()
 	const istioBundle = "istio.io:istiod-ca:root-cert"
-	editConfigMap := func(edit func(*corev1.ConfigMap)) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			cm, err := cms.Get(ctx, rootConfigMap, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			edit(cm)
-			_, err = cms.Update(ctx, cm, dryUpdate)
-			return err
-		}
+	editConfigMap := func(edit func(*corev1.ConfigMap)) func(context.Context) error {
+		return dryEdit(cms.Get, cms.Update, rootConfigMap, edit)
 	}
-	editBundle := func(edit func(*certificatesv1.ClusterTrustBundle)) func(ctx context.Context) error {
-		return func(ctx context.Context) error {
-			b, err := bundles.Get(ctx, istioBundle, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			edit(b)
-			_, err = bundles.Update(ctx, b, dryUpdate)
-			return err
-		}
+	editBundle := func(edit func(*certificatesv1.ClusterTrustBundle)) func(context.Context) error {
+		return dryEdit(bundles.Get, bundles.Update, istioBundle, edit)
 	}
 	const refusedCM, refusedBundle = "may not create it or change its data", "may not create one or change its trustBundle"
 	runAdmissionCases(t, []admissionCase{
@@ -155,7 +139,7 @@ func checkExclusive(t *testing.T, s *suite, rel chartRelease, meshNS string) {
 		{"istiod labels it", editConfigMap(func(cm *corev1.ConfigMap) { metav1.SetMetaDataLabel(&cm.ObjectMeta, "example.org/seen", "yes") }), ""},
 		{"istiod deletes it", func(ctx context.Context) error { return cms.Delete(ctx, rootConfigMap, dryDelete) }, ""},
 		{"istiod creates it in another namespace", func(ctx context.Context) error { return createConfigMap(ctx, istiod, "default", rootConfigMap) }, refusedCM},
-		{"istiod creates another ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, istiod, meshNS, "istio") }, ""},
+		{"istiod creates another ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, istiod, ns, "istio") }, ""},
 		{"istiod replaces the Istio bundle's roots", editBundle(func(b *certificatesv1.ClusterTrustBundle) { b.Spec.TrustBundle = other }), refusedBundle},
 		{"istiod labels the Istio bundle", editBundle(func(b *certificatesv1.ClusterTrustBundle) {
 			metav1.SetMetaDataLabel(&b.ObjectMeta, "example.org/seen", "yes")
@@ -181,6 +165,21 @@ func checkExclusive(t *testing.T, s *suite, rel chartRelease, meshNS string) {
 	}
 	if got, err := cms.Get(t.Context(), rootConfigMap, metav1.GetOptions{}); err != nil || got.Data["root-cert.pem"] != want {
 		t.Errorf("after istiod's attempt the ConfigMap holds other roots (err %v)", err)
+	}
+}
+
+// dryEdit returns a write that reads object name, edits it and updates it
+// as a dry run.
+func dryEdit[T any](get func(context.Context, string, metav1.GetOptions) (T, error),
+	update func(context.Context, T, metav1.UpdateOptions) (T, error), name string, edit func(T)) func(context.Context) error {
+	return func(ctx context.Context) error {
+		o, err := get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		edit(o)
+		_, err = update(ctx, o, dryUpdate)
+		return err
 	}
 }
 
