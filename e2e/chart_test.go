@@ -99,6 +99,7 @@ func TestChart(t *testing.T) {
 			{"a node agent that is not namespace/serviceaccount", "is not namespace/serviceaccount", []string{"--set-json", `nodeAgents=["ztunnel"]`}},
 			{"an unknown CA mode", "ca.mode must be secret or plugin", []string{"--set", "ca.mode=file"}},
 			{"plugin mode without its Secret", "ca.plugin.secretName is required", []string{"--set", "ca.mode=plugin"}},
+			{"a KMS key with a generated root", "ca.keyURI needs ca.mode plugin", []string{"--set", "ca.keyURI=awskms:key-id=k"}},
 			{"extraArgs renaming the CA Secret under the admission policies", "changes an object the admission policies name",
 				[]string{"--set-json", `extraArgs=["--ca-secret=other/state"]`}},
 			{"extraArgs renaming the Lease under the admission policies", "changes an object the admission policies name",
