@@ -35,6 +35,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 )
 
 // options are the command line.
@@ -170,7 +171,7 @@ func (b *bench) measureFloor() error {
 
 // floor measures the crypto floor of keyType where the CA runs.
 func (b *bench) floor(keyType string) (r floorResult, err error) {
-	err = b.place.onServerCPUs(func() error {
+	err = proc.RunOnCPUs(b.place.server, func() error {
 		r, err = measureFloor(keyType, b.opts.floorTime)
 		return err
 	})

@@ -47,11 +47,3 @@ func (p placement) describe() string {
 	}
 	return fmt.Sprintf("the CA on CPUs %v, the load generator on CPUs %v", p.server, p.client)
 }
-
-// onServerCPUs runs f where the CA runs.
-func (p placement) onServerCPUs(f func() error) error {
-	if p.server == nil {
-		return f()
-	}
-	return proc.RunOnCPUs(p.server, f)
-}

@@ -20,6 +20,22 @@ func allowedCPUs(t *testing.T, status string) string {
 	return ""
 }
 
+// cpusOfRunOnCPUs returns the Cpus_allowed_list of the thread that
+// RunOnCPUs(cpus, f) runs f on.
+func cpusOfRunOnCPUs(t *testing.T, cpus []int) string {
+	t.Helper()
+	var inside string
+	err := RunOnCPUs(cpus, func() error {
+		b, err := os.ReadFile("/proc/thread-self/status")
+		inside = string(b)
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return allowedCPUs(t, inside)
+}
+
 func TestOnCPUs(t *testing.T) {
 	cpus, err := CPUs()
 	if err != nil {
@@ -67,21 +83,17 @@ func TestOnCPUs(t *testing.T) {
 		}
 	})
 	t.Run("RunOnCPUs runs f on the CPUs and leaves the process as it was", func(t *testing.T) {
-		var inside string
-		err := RunOnCPUs([]int{last}, func() error {
-			b, err := os.ReadFile("/proc/thread-self/status")
-			inside = string(b)
-			return err
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if got := allowedCPUs(t, inside); got != want {
+		if got := cpusOfRunOnCPUs(t, []int{last}); got != want {
 			t.Errorf("f ran on CPUs %s, want %s", got, want)
 		}
 		after, err := CPUs()
 		if err != nil || len(after) != len(cpus) {
 			t.Errorf("after RunOnCPUs this thread may run on %v (%v), want %v", after, err, cpus)
+		}
+	})
+	t.Run("RunOnCPUs with no CPUs runs f anywhere", func(t *testing.T) {
+		if got := cpusOfRunOnCPUs(t, nil); got == want {
+			t.Errorf("f ran on CPUs %s only, want all of %v", got, cpus)
 		}
 	})
 	t.Run("an impossible CPU is an error", func(t *testing.T) {

@@ -63,14 +63,11 @@ func Start(name, path string, args, env []string, stdout, stderr io.Writer, opts
 	p.cmd.WaitDelay = waitDelay
 	started := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
 		// The child inherits the CPU affinity of the thread that forks it,
 		// this one, which serves nothing else.
-		if len(o.cpus) > 0 {
-			if err := setThreadCPUs(o.cpus); err != nil {
-				started <- err
-				return
-			}
+		if err := lockThreadOn(o.cpus); err != nil {
+			started <- err
+			return
 		}
 		if err := p.cmd.Start(); err != nil {
 			started <- err
@@ -86,19 +83,30 @@ func Start(name, path string, args, env []string, stdout, stderr io.Writer, opts
 	return p, nil
 }
 
-// RunOnCPUs runs f on a thread of its own that runs on cpus only, and
-// returns what f returns. Goroutines f starts run anywhere.
+// RunOnCPUs runs f on a thread of its own that runs on cpus only (no
+// CPUs: anywhere, as OnCPUs), and returns what f returns. Goroutines f
+// starts run anywhere.
 func RunOnCPUs(cpus []int, f func() error) error {
 	done := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the pinned thread ends with the goroutine
-		if err := setThreadCPUs(cpus); err != nil {
+		if err := lockThreadOn(cpus); err != nil {
 			done <- err
 			return
 		}
 		done <- f()
 	}()
 	return <-done
+}
+
+// lockThreadOn locks the calling goroutine to its thread for good (the
+// thread ends with the goroutine, its affinity with it) and restricts the
+// thread to cpus, if any.
+func lockThreadOn(cpus []int) error {
+	runtime.LockOSThread()
+	if len(cpus) == 0 {
+		return nil
+	}
+	return setThreadCPUs(cpus)
 }
 
 func orDiscard(w io.Writer) io.Writer {
