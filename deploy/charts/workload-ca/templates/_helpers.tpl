@@ -118,3 +118,16 @@ job="{{ include "workload-ca.fullname" . }}",namespace="{{ .Release.Namespace }}
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/* The binding that enforces (Deny) the ValidatingAdmissionPolicy .policy; .root is the chart's context. */}}
+{{- define "workload-ca.policyBinding" -}}
+apiVersion: admissionregistration.k8s.io/v1
+kind: ValidatingAdmissionPolicyBinding
+metadata:
+  name: {{ .policy }}
+  labels:
+    {{- include "workload-ca.labels" .root | nindent 4 }}
+spec:
+  policyName: {{ .policy }}
+  validationActions: [Deny]
+{{- end }}
