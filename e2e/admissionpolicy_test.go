@@ -37,20 +37,26 @@ type admissionCase struct {
 	refused string
 }
 
-// policyClients returns clients acting as the chart's service account and
-// as istiod.
-func policyClients(t *testing.T, s *suite, rel chartRelease) (ca, istiod kubernetes.Interface) {
+// caClient returns a client acting as the chart's service account.
+func caClient(t *testing.T, s *suite, rel chartRelease) kubernetes.Interface {
 	t.Helper()
-	ca, err := kubernetes.NewForConfig(s.cp.ServiceAccountConfig(rel.ns, rel.serviceAccount))
+	c, err := kubernetes.NewForConfig(s.cp.ServiceAccountConfig(rel.ns, rel.serviceAccount))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return c
+}
+
+// istiodClient returns a client acting as istiod (see istiodUser).
+func istiodClient(t *testing.T, s *suite) kubernetes.Interface {
+	t.Helper()
 	cfg := s.cp.RESTConfig()
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: istiodUser, Groups: []string{"system:masters", "system:authenticated"}}
-	if istiod, err = kubernetes.NewForConfig(cfg); err != nil {
+	c, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
 		t.Fatal(err)
 	}
-	return ca, istiod
+	return c
 }
 
 // waitForPolicies waits until each rendered policy refuses a write it
@@ -61,7 +67,7 @@ func policyClients(t *testing.T, s *suite, rel chartRelease) (ca, istiod kuberne
 // pass, since the policies fail closed.)
 func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
 	t.Helper()
-	ca, istiod := policyClients(t, s, rel)
+	ca, istiod := caClient(t, s, rel), istiodClient(t, s)
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
 	probes := []admissionCase{
 		{"own-writes", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "wca-policy-probe") },
@@ -90,7 +96,7 @@ func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
 // grants the CA: create cannot be limited by name in RBAC, and a bundle
 // without a signer passes the attest check.
 func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
-	ca, _ := policyClients(t, s, rel)
+	ca := caClient(t, s, rel)
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
 	leases := ca.CoordinationV1().Leases(rel.ns)
 	secrets := ca.CoreV1().Secrets(rel.ns)
@@ -120,7 +126,7 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 // not publish is untouched. It runs while the CA is serving, after it has
 // published the root ConfigMap in namespace ns and istio.io:istiod-ca:root-cert.
 func checkExclusive(t *testing.T, s *suite, rel chartRelease, ns string) {
-	_, istiod := policyClients(t, s, rel)
+	istiod := istiodClient(t, s)
 	other := string(testca.NewRoot(t, testca.P256).CertPEM())
 	cms := istiod.CoreV1().ConfigMaps(ns)
 	bundles := istiod.CertificatesV1().ClusterTrustBundles()

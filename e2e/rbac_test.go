@@ -22,7 +22,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -327,10 +326,7 @@ func checkAccessReviews(t *testing.T, s *suite, rel chartRelease) {
 // ClusterTrustBundleAttest admission plugin refuses a signer it may not
 // attest for.
 func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
-	client, err := kubernetes.NewForConfig(s.cp.ServiceAccountConfig(rel.ns, rel.serviceAccount))
-	if err != nil {
-		t.Fatal(err)
-	}
+	client := caClient(t, s, rel)
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
 	create := func(signer string) error {
 		return createBundle(t.Context(), client, signerBundleName(signer), signer, root)
