@@ -61,9 +61,15 @@ func TestPodCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	bundles, err := f.s.cp.Client().CertificatesV1().ClusterTrustBundles().List(t.Context(),
-		metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.signerName", f.signer).String()})
-	if err != nil || len(bundles.Items) == 0 {
+	// The leader publishes the bundle and signs requests in tasks of their
+	// own, so the bundle may land just after the certificate.
+	var bundles *certv1.ClusterTrustBundleList
+	err = pollUntil(t, lcWait, func() (bool, error) {
+		bundles, err = f.s.cp.Client().CertificatesV1().ClusterTrustBundles().List(t.Context(),
+			metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("spec.signerName", f.signer).String()})
+		return err == nil && len(bundles.Items) > 0, err
+	})
+	if err != nil {
 		t.Fatalf("no ClusterTrustBundle of signer %s: %v", f.signer, err)
 	}
 	roots, err := pemutil.ParseCertificateBundle([]byte(bundles.Items[0].Spec.TrustBundle))
