@@ -290,6 +290,23 @@ func logLines(ca *cahost.CA, parts ...string) []string {
 	return out
 }
 
+// waitLogLines waits until ca's log holds a line with every one of parts
+// and returns those lines. The log reaches its file through a pipe, so a
+// line the CA writes just after an API write the test has seen may not be
+// there yet.
+func waitLogLines(t *testing.T, ca *cahost.CA, parts ...string) []string {
+	t.Helper()
+	var lines []string
+	err := pollUntil(t, lcWait, func() (bool, error) {
+		lines = logLines(ca, parts...)
+		return len(lines) > 0, nil
+	})
+	if err != nil {
+		t.Fatalf("no log line with %q: %v", parts, err)
+	}
+	return lines
+}
+
 // scrapeCA fetches and parses ca's /metrics without failing the test, for
 // polling loops and goroutines.
 func scrapeCA(ctx context.Context, ca *cahost.CA) (promserver.Samples, error) {
@@ -359,7 +376,8 @@ func theLeader(t *testing.T, cas []*cahost.CA) int {
 				last = err.Error()
 				return false, nil
 			}
-			if ok {
+			// The metric is set just before "started leading" is logged.
+			if ok && len(leaderIdentities(ca)) > 0 {
 				leaders = append(leaders, i)
 			}
 		}
@@ -726,6 +744,25 @@ func (p *phaseLog) replicas(cas []*cahost.CA) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.cas = cas
+}
+
+// waitLast waits until the last phase recorded for every replica is
+// phase, so that stopping does not cut a sequence short.
+func (p *phaseLog) waitLast(t *testing.T, phase string) {
+	t.Helper()
+	err := pollUntil(t, lcWait, func() (bool, error) {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		for i := range p.cas {
+			if seq := p.metrics[i]; len(seq) == 0 || seq[len(seq)-1].phase != phase {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Errorf("replicas' %s did not all end in %s: %v", mRotationPhase, phase, err)
+	}
 }
 
 func (p *phaseLog) stop() {

@@ -227,7 +227,7 @@ func TestLifecyclePluginIntermediateReload(t *testing.T) {
 		t.Fatalf("the second intermediate does not sign: %v (last: %v)", err, last)
 	}
 	t.Logf("the second intermediate signs %v after the swap", time.Since(swapped).Round(time.Millisecond))
-	if n := len(logLines(ca, "reloaded CA material")); n != 1 {
+	if n := len(waitLogLines(t, ca, "reloaded CA material")); n != 1 {
 		t.Errorf("%d \"reloaded CA material\" log lines, want 1", n)
 	}
 

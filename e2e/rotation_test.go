@@ -39,6 +39,12 @@ var fastRotation = []string{
 const (
 	fastMaxTTL      = 8 * time.Second
 	fastPropagation = 4 * time.Second
+	// servingSwitch bounds how long after an activation the Secret shows
+	// a replica may still serve with a certificate of the old root: its
+	// watch of the Secret and one signature take milliseconds. It stays
+	// well under the serving certificate's renewal by age (at 2/3 of the
+	// 10s serving TTL), so that renewal cannot pass for the switch.
+	servingSwitch = 2 * time.Second
 )
 
 // loadIdentities are what the simulated ztunnels (on node-a) ask for.
@@ -77,10 +83,12 @@ func TestLifecycleRotationUnderLoad(t *testing.T) {
 // it that long, and no request may fail meanwhile.
 func TestLifecycleRotationLatePrepare(t *testing.T) {
 	t.Parallel()
-	// A 60s root 50s old: preparing was due 20s ago, activation is due
-	// now (5/6); it can still sign a full 8s leaf for 2s, and signs
-	// shorter ones (clamped to its NotAfter) until the new root takes over.
-	r := runRotation(t, "late", -50*time.Second, 10*time.Second)
+	// A 120s root 100s old: preparing was due 40s ago, activation is due
+	// now (5/6). It can still sign a full 8s leaf for 12s, and shorter
+	// ones (clamped to its NotAfter) until it expires at +20s, so the
+	// replicas have 16s to start and prepare (activation comes the
+	// propagation delay after) even on a loaded machine.
+	r := runRotation(t, "late", -100*time.Second, 20*time.Second)
 	r.check(t)
 	t.Run("the Secret dates the activation a propagation delay after the preparation", func(t *testing.T) {
 		a := r.final.Active()
@@ -104,7 +112,7 @@ type rotation struct {
 	bundles          []bundleSnap
 }
 
-// runRotation seeds a 60s root valid from began+notBefore to
+// runRotation seeds a root valid from began+notBefore to
 // began+notAfter, starts two replicas with the fast policy and four
 // simulated ztunnels asking both for certificates (each over new TLS
 // connections that verify the CA against the ClusterTrustBundle as last
@@ -144,12 +152,12 @@ func runRotation(t *testing.T, name string, notBefore, notAfter time.Duration) *
 	activated := time.Now()
 	for i, ca := range r.cas {
 		var last error
-		err := pollUntil(t, 2*time.Second, func() (bool, error) {
+		err := pollUntil(t, servingSwitch, func() (bool, error) {
 			_, last = serveRoots(t.Context(), ca, []*x509.Certificate{st.Active().Cert})
 			return last == nil, nil
 		})
 		if err != nil {
-			t.Errorf("replica %d: no handshake trusting only the new root within 2s of its activation: %v", i, last)
+			t.Errorf("replica %d: no handshake trusting only the new root within %v of its activation: %v", i, servingSwitch, last)
 		}
 	}
 	t.Logf("activation seen at %+.1fs; both replicas serve with the new root %v later", activated.Sub(r.began).Seconds(),
@@ -168,6 +176,7 @@ func runRotation(t *testing.T, name string, notBefore, notAfter time.Duration) *
 	bw.waitRoots(t, lcWait, r.newRoot)
 	time.Sleep(1500 * time.Millisecond) // leaves issued with only the new root published
 	r.issued, r.failures = load.stop()
+	r.phases.waitLast(t, castate.PhaseSteady)
 	r.phases.stop()
 	r.end, r.bundles = time.Now(), bw.history()
 
@@ -292,7 +301,7 @@ func TestLifecycleLeaderKilledMidRotation(t *testing.T) {
 	}
 	// The replica that reports leading is the one that prepared, and the
 	// Lease names it.
-	if steps := logLines(cas[leader], "CA rotation step taken", `"step":"prepare"`); len(steps) != 1 {
+	if steps := waitLogLines(t, cas[leader], "CA rotation step taken", `"step":"prepare"`); len(steps) != 1 {
 		t.Fatalf("the leader logged %d prepare steps, want 1", len(steps))
 	}
 	holder, err := f.holder(t.Context())
@@ -343,7 +352,7 @@ func TestLifecycleLeaderKilledMidRotation(t *testing.T) {
 	t.Logf("%d certificates issued by the survivor, %d failures, rotation done %+.1fs", len(iss), len(failures), end.Sub(began).Seconds())
 	reportFailures(t, failures)
 	for _, step := range []string{"activate", "remove"} {
-		if n := len(logLines(survivor, "CA rotation step taken", fmt.Sprintf(`"step":%q`, step))); n != 1 {
+		if n := len(waitLogLines(t, survivor, "CA rotation step taken", fmt.Sprintf(`"step":%q`, step))); n != 1 {
 			t.Errorf("the survivor logged %d %s steps, want 1", n, step)
 		}
 	}
