@@ -69,12 +69,13 @@ func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
 	t.Helper()
 	ca, istiod := caClient(t, s, rel), istiodClient(t, s)
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
+	createMeshNamespace(t, s, rel, meshNS) // the root ConfigMap policy binds only there
 	probes := []admissionCase{
 		{"own-writes", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "wca-policy-probe") },
 			"only ConfigMaps named istio-ca-root-cert"},
 		{"trust-bundles", func(ctx context.Context) error { return createBundle(ctx, ca, "wca-policy-probe", "", root) },
 			"only ClusterTrustBundles of its signers"},
-		{"root-configmaps", func(ctx context.Context) error { return createConfigMap(ctx, istiod, "default", rootConfigMap) },
+		{"root-configmaps", func(ctx context.Context) error { return createConfigMap(ctx, istiod, meshNS, rootConfigMap) },
 			"may not create it or change its data"},
 	}
 	if len(probes) != len(rel.policies) {
@@ -123,10 +124,13 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 // checkExclusive shows that, with admissionPolicy.exclusive, another
 // writer (istiod) can neither create nor change the content of what the
 // CA publishes, while labels and deletes stay open and what the CA does
-// not publish is untouched. It runs while the CA is serving, after it has
-// published the root ConfigMap in namespace ns and istio.io:istiod-ca:root-cert.
+// not publish is untouched, in namespaces outside its root ConfigMap
+// selector too. It runs while the CA is serving, after it has published
+// the root ConfigMap in namespace ns and istio.io:istiod-ca:root-cert.
 func checkExclusive(t *testing.T, s *suite, rel chartRelease, ns string) {
 	istiod := istiodClient(t, s)
+	alsoPublished := ns + "-also"
+	createMeshNamespace(t, s, rel, alsoPublished)
 	other := string(testca.NewRoot(t, testca.P256).CertPEM())
 	cms := istiod.CoreV1().ConfigMaps(ns)
 	bundles := istiod.CertificatesV1().ClusterTrustBundles()
@@ -144,7 +148,12 @@ func checkExclusive(t *testing.T, s *suite, rel chartRelease, ns string) {
 		{"istiod adds binaryData", editConfigMap(func(cm *corev1.ConfigMap) { cm.BinaryData = map[string][]byte{"x": {1}} }), refusedCM},
 		{"istiod labels it", editConfigMap(func(cm *corev1.ConfigMap) { metav1.SetMetaDataLabel(&cm.ObjectMeta, "example.org/seen", "yes") }), ""},
 		{"istiod deletes it", func(ctx context.Context) error { return cms.Delete(ctx, rootConfigMap, dryDelete) }, ""},
-		{"istiod creates it in another namespace", func(ctx context.Context) error { return createConfigMap(ctx, istiod, "default", rootConfigMap) }, refusedCM},
+		{"istiod creates it in another namespace the CA publishes to", func(ctx context.Context) error {
+			return createConfigMap(ctx, istiod, alsoPublished, rootConfigMap)
+		}, refusedCM},
+		{"istiod creates it in a namespace the CA does not publish to", func(ctx context.Context) error {
+			return createConfigMap(ctx, istiod, "default", rootConfigMap)
+		}, ""},
 		{"istiod creates another ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, istiod, ns, "istio") }, ""},
 		{"istiod replaces the Istio bundle's roots", editBundle(func(b *certificatesv1.ClusterTrustBundle) { b.Spec.TrustBundle = other }), refusedBundle},
 		{"istiod labels the Istio bundle", editBundle(func(b *certificatesv1.ClusterTrustBundle) {

@@ -21,6 +21,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
@@ -107,6 +109,9 @@ func TestChart(t *testing.T) {
 			{"the same without the admission policies", "", []string{"--set-json", `extraArgs=["--ca-secret=other/state"]`,
 				"--set", "admissionPolicy.enabled=false"}},
 			{"extraArgs that rename nothing", "", []string{"--set-json", `extraArgs=["--log-level=debug"]`}},
+			{"a root ConfigMap selector the exclusive policy's binding cannot express", "is not a label selector of",
+				[]string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`, "--set", "admissionPolicy.exclusive=true"}},
+			{"the same without exclusive", "", []string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`}},
 		} {
 			_, stderr, err := helmCmd(t, helm, append([]string{"template", "wca", chartDir, "--kube-version", kubeVersion}, c.args...)...)
 			switch {
@@ -116,6 +121,10 @@ func TestChart(t *testing.T) {
 				t.Errorf("%s: err %v, stderr %q; want a failure saying %q", c.name, err, stderr, c.want)
 			}
 		}
+	})
+
+	t.Run("the exclusive root ConfigMap policy binds in the namespaces the CA publishes to", func(t *testing.T) {
+		checkRootConfigMapBinding(t, helm, kubeVersion, ap)
 	})
 
 	// The check above proves something only if the apiserver does warn about
@@ -289,6 +298,12 @@ func renderChart(t *testing.T, helm, release, ns, kubeVersion string, values ...
 	t.Helper()
 	out := runHelm(t, helm, append([]string{"template", release, chartDir,
 		"--namespace", ns, "--kube-version", kubeVersion}, valuesArgs(values)...)...)
+	return decodeManifests(t, out)
+}
+
+// decodeManifests decodes every manifest helm template printed.
+func decodeManifests(t *testing.T, out []byte) []*unstructured.Unstructured {
+	t.Helper()
 	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(out), 4096)
 	var objs []*unstructured.Unstructured
 	for {
@@ -503,4 +518,102 @@ func checkFlags(t *testing.T, known map[string]bool, args []string) {
 			t.Errorf("the chart renders --%s, which `workload-ca serve` does not know", name)
 		}
 	}
+}
+
+// checkRootConfigMapBinding renders the chart with admissionPolicy.exclusive
+// and root ConfigMap selectors of every form the CA reads, and checks that
+// the binding of the root ConfigMap policy selects exactly the namespaces
+// the CA's own reading of the selector does (over label sets drawn from
+// the selectors' keys and values), and that the apiserver accepts it.
+func checkRootConfigMapBinding(t *testing.T, helm, kubeVersion string, ap *applier) {
+	for _, sel := range []string{
+		"istio.io/dataplane-mode=ambient",
+		"a==b",
+		"a!=b",
+		"a in (b, x),c notin (y)",
+		"a, !c",
+		"a=b, c in (x,y),!d,e,f!=g,h==",
+	} {
+		t.Run(sel, func(t *testing.T) {
+			values, err := json.Marshal(map[string]any{"enabled": true, "namespaces": sel})
+			if err != nil {
+				t.Fatal(err)
+			}
+			out, stderr, err := helmCmd(t, helm, "template", "wca", chartDir, "--kube-version", kubeVersion,
+				"--set-json", "istioRootConfigMap="+string(values), "--set", "admissionPolicy.exclusive=true")
+			if err != nil {
+				t.Fatalf("%v: %s", err, stderr)
+			}
+			var binding *unstructured.Unstructured
+			for _, o := range decodeManifests(t, out) {
+				if o.GetKind() == "ValidatingAdmissionPolicyBinding" && strings.HasSuffix(o.GetName(), "-root-configmaps") {
+					binding = o
+				}
+			}
+			if binding == nil {
+				t.Fatal("no binding of the root ConfigMap policy rendered")
+			}
+			raw, found, err := unstructured.NestedMap(binding.Object, "spec", "matchResources", "namespaceSelector")
+			if err != nil || !found {
+				t.Fatalf("the binding has no namespaceSelector (%v)", err)
+			}
+			var ls metav1.LabelSelector
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &ls); err != nil {
+				t.Fatal(err)
+			}
+			got, err := metav1.LabelSelectorAsSelector(&ls)
+			if err != nil {
+				t.Fatalf("namespaceSelector %v: %v", raw, err)
+			}
+			want, err := labels.Parse(sel)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if differs := selectorsDiffer(want, got); differs != nil {
+				t.Errorf("for namespace labels %v the CA's selector says %v and the binding's %v (binding: %s)",
+					differs, want.Matches(differs), got.Matches(differs), got)
+			}
+			if _, err := ap.apply(t.Context(), binding, true); err != nil {
+				t.Errorf("server-side dry-run apply of %s: %v", objName(binding), err)
+			}
+		})
+	}
+}
+
+// selectorsDiffer returns a label set that one of a and b matches and the
+// other does not, among label sets made of the keys and values they name;
+// nil if none.
+func selectorsDiffer(a, b labels.Selector) labels.Set {
+	var keys []string
+	vals := []string{"", "other"}
+	for _, sel := range []labels.Selector{a, b} {
+		reqs, _ := sel.Requirements()
+		for _, r := range reqs {
+			keys = append(keys, r.Key())
+			vals = append(vals, r.ValuesUnsorted()...)
+		}
+	}
+	slices.Sort(keys)
+	keys = slices.Compact(keys)
+	slices.Sort(vals)
+	vals = slices.Compact(vals)
+	// Each key is absent or holds one of vals: every combination.
+	choices := len(vals) + 1
+	total := 1
+	for range keys {
+		total *= choices
+	}
+	for n := range total {
+		set, m := labels.Set{}, n
+		for _, k := range keys {
+			if c := m % choices; c < len(vals) {
+				set[k] = vals[c]
+			}
+			m /= choices
+		}
+		if a.Matches(set) != b.Matches(set) {
+			return set
+		}
+	}
+	return nil
 }

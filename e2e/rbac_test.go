@@ -501,16 +501,23 @@ func checkPublished(t *testing.T, s *suite, rel chartRelease, ca *cahost.CA, sec
 	}
 }
 
-// checkRootConfigMaps checks that a namespace the chart's selector matches
-// gets Istio's root ConfigMap, holding the roots of the published bundle,
-// and that one it does not match gets none.
-func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
+// createMeshNamespace creates namespace name with the label that the
+// release's root ConfigMap selector (key=value) selects.
+func createMeshNamespace(t *testing.T, s *suite, rel chartRelease, name string) {
 	t.Helper()
 	key, value, ok := strings.Cut(rel.rootConfigMapSelector, "=")
 	if !ok {
 		t.Fatalf("--istio-root-configmap-namespaces %q: want key=value", rel.rootConfigMapSelector)
 	}
-	createNamespace(t, s, meshNS, map[string]string{key: value})
+	createNamespace(t, s, name, map[string]string{key: value})
+}
+
+// checkRootConfigMaps checks that a namespace the chart's selector matches
+// gets Istio's root ConfigMap, holding the roots of the published bundle,
+// and that one it does not match gets none.
+func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
+	t.Helper()
+	createMeshNamespace(t, s, rel, meshNS)
 	createNamespace(t, s, "wca-rbac-outside", nil)
 	client := s.cp.Client()
 	istio, err := client.CertificatesV1().ClusterTrustBundles().Get(t.Context(), "istio.io:istiod-ca:root-cert", metav1.GetOptions{})

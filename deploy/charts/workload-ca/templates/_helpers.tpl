@@ -119,7 +119,12 @@ job="{{ include "workload-ca.fullname" . }}",namespace="{{ .Release.Namespace }}
 {{- end }}
 {{- end }}
 
-{{/* The binding that enforces (Deny) the ValidatingAdmissionPolicy .policy; .root is the chart's context. */}}
+{{/*
+The binding that enforces (Deny) the ValidatingAdmissionPolicy .policy;
+.root is the chart's context. With .namespaces (a label selector in the
+syntax of --istio-root-configmap-namespaces), it binds only in the
+namespaces that selector matches.
+*/}}
 {{- define "workload-ca.policyBinding" -}}
 apiVersion: admissionregistration.k8s.io/v1
 kind: ValidatingAdmissionPolicyBinding
@@ -130,4 +135,48 @@ metadata:
 spec:
   policyName: {{ .policy }}
   validationActions: [Deny]
+  {{- with .namespaces }}
+  matchResources:
+    namespaceSelector:
+      {{- include "workload-ca.labelSelector" . | nindent 6 }}
+  {{- end }}
+{{- end }}
+
+{{/*
+The LabelSelector (matchExpressions) of a label selector string as the CA
+reads it (k8s.io/apimachinery labels.Parse): requirements joined by commas,
+each "k=v", "k==v", "k!=v", "k in (v1,v2)", "k notin (v1,v2)", "k" or "!k".
+Rendering fails on anything else (the "<" and ">" of labels.Parse have no
+LabelSelector form), rather than binding more or less than the CA serves.
+*/}}
+{{- define "workload-ca.labelSelector" -}}
+{{- $key := `[A-Za-z0-9][-A-Za-z0-9_./]*` -}}
+{{- $notExists := printf `!\s*(%s)` $key -}}
+{{- $set := printf `(%s)\s+(in|notin)\s*\(([^()]*)\)` $key -}}
+{{- $eq := printf `(%s)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)` $key -}}
+{{- $reqs := regexFindAll (printf `%s|%s|%s|%s` $notExists $set $eq $key) . -1 -}}
+{{- if ne (join "," $reqs | nospace) (nospace .) -}}
+{{- fail (printf "istioRootConfigMap.namespaces: %q is not a label selector of =, ==, !=, in, notin, exists and !exists requirements joined by commas" .) -}}
+{{- end -}}
+matchExpressions:
+{{- range $reqs }}
+{{- if regexMatch (printf `^%s$` $notExists) . }}
+  - key: {{ regexReplaceAll (printf `^%s$` $notExists) . "${1}" | quote }}
+    operator: DoesNotExist
+{{- else if regexMatch (printf `^%s$` $set) . }}
+  - key: {{ regexReplaceAll (printf `^%s$` $set) . "${1}" | quote }}
+    operator: {{ ternary "In" "NotIn" (eq (regexReplaceAll (printf `^%s$` $set) . "${2}") "in") }}
+    values:
+    {{- range splitList "," (regexReplaceAll (printf `^%s$` $set) . "${3}") }}
+      - {{ trim . | quote }}
+    {{- end }}
+{{- else if regexMatch (printf `^%s$` $eq) . }}
+  - key: {{ regexReplaceAll (printf `^%s$` $eq) . "${1}" | quote }}
+    operator: {{ ternary "NotIn" "In" (eq (regexReplaceAll (printf `^%s$` $eq) . "${2}") "!=") }}
+    values: [{{ regexReplaceAll (printf `^%s$` $eq) . "${3}" | quote }}]
+{{- else }}
+  - key: {{ . | quote }}
+    operator: Exists
+{{- end }}
+{{- end }}
 {{- end }}
