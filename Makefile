@@ -1,5 +1,6 @@
 # workload-ca build, test and demo. Everything it needs comes from the Go
-# module proxy, pinned in go.mod, tools/go.mod and e2e/tools/go.mod.
+# module proxy, pinned in go.mod, tools/go.mod, e2e/tools/go.mod and
+# e2e/kmstools/go.mod.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -62,7 +63,7 @@ unit: ## Unit tests (race detector on), fuzz seed corpora included.
 
 # The suite runs the image's binary too; this machine's platform is enough.
 e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
-e2e: build image controlplane prometheus-tools hsm-tools $(BIN)/helm ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build image controlplane prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
@@ -145,6 +146,11 @@ $(CP_DIR)/etcd:
 	mkdir -p $(CP_DIR)
 	cd e2e/tools && $(GO) build -o $@.tmp go.etcd.io/etcd/server/v3
 	mv $@.tmp $@
+
+# local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs
+# (e2e/kmstools/go.mod pins it, in a module of its own).
+$(BIN)/local-kms: e2e/kmstools/go.mod e2e/kmstools/go.sum
+	cd e2e/kmstools && $(GO) build -o $@ github.com/nsmithuk/local-kms
 
 clean: ## Remove build outputs (keeps the cached control plane).
 	rm -rf $(BIN) $(WORK)
