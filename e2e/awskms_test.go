@@ -31,16 +31,7 @@ type localKMS struct {
 // and stops it when t ends.
 func startLocalKMS(t *testing.T, dir string, keys map[string]*testca.CA) *localKMS {
 	t.Helper()
-	bin := os.Getenv(envLocalKMS)
-	if bin == "" {
-		var err error
-		if bin, err = filepath.Abs("../bin/local-kms"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := os.Stat(bin); err != nil {
-		t.Fatalf("local-kms: %v (make e2e builds it; %s overrides)", err, envLocalKMS)
-	}
+	bin := toolBinary(t, "local-kms", envLocalKMS)
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o700); err != nil {
 		t.Fatal(err)
 	}
@@ -150,20 +141,7 @@ func TestAWSKMS(t *testing.T) {
 	})
 
 	t.Run("the KMS root key signs the intermediate", func(t *testing.T) {
-		rootDir := filepath.Join(f.dir, "root")
-		writeFiles(t, rootDir, map[string][]byte{"root-cert.pem": root.CertPEM()})
-		ca, err := f.startReplica(t.Context(), "", true, "--ca-root-dir", rootDir, "--ca-key-uri", kms.keyURI(rootID))
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.stopAtCleanup(t, ca)
-		res := requestFrom(t, ca, f.s.ztunnelA, id("demo", "web"))
-		if err := verifiesWith(res.Leaf, res.Chain, []*x509.Certificate{root.Cert}, time.Now()); err != nil {
-			t.Fatalf("leaf does not verify against the root: %v", err)
-		}
-		if len(res.Chain) != 1 || res.Chain[0].CheckSignatureFrom(root.Cert) != nil {
-			t.Fatalf("want one intermediate signed by the KMS root key, got %d certificates", len(res.Chain))
-		}
+		checkRootKeyURI(t, f, root, kms.keyURI(rootID))
 	})
 
 	for _, tt := range []struct{ name, dir, keyID, want string }{

@@ -236,19 +236,24 @@ func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// helmBinary returns bin/helm (or $WORKLOAD_CA_HELM); without it the test
-// fails, since `make e2e` is expected to build it.
+// helmBinary returns bin/helm (or $WORKLOAD_CA_HELM).
 func helmBinary(t *testing.T) string {
+	return toolBinary(t, "helm", envHelm)
+}
+
+// toolBinary returns bin/<name>, or the path in the environment variable
+// env; without it the test fails, since `make e2e` builds it.
+func toolBinary(t *testing.T, name, env string) string {
 	t.Helper()
-	path := os.Getenv(envHelm)
+	path := os.Getenv(env)
 	if path == "" {
 		var err error
-		if path, err = filepath.Abs("../bin/helm"); err != nil {
+		if path, err = filepath.Abs(filepath.Join("..", "bin", name)); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("helm is missing (%v): `make tools` builds bin/helm from tools/go.mod, or set %s", err, envHelm)
+		t.Fatalf("%s is missing (%v): `make e2e` builds bin/%s from pinned modules, or set %s", name, err, name, env)
 	}
 	return path
 }

@@ -174,10 +174,17 @@ func TestHSMRootKey(t *testing.T) {
 	if err := os.WriteFile(pinFile, []byte(hsm.pin), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	checkRootKeyURI(t, f, root, hsm.keyURI("0a", pinFile))
+}
+
+// checkRootKeyURI runs the CA with --ca-root-dir holding root's
+// certificate only and root's key at keyURI, and checks that a leaf
+// chains to root through one intermediate that key signed.
+func checkRootKeyURI(t *testing.T, f *lcFixture, root *testca.CA, keyURI string) {
+	t.Helper()
 	rootDir := filepath.Join(f.dir, "root")
 	writeFiles(t, rootDir, map[string][]byte{"root-cert.pem": root.CertPEM()})
-
-	ca, err := f.startReplica(t.Context(), "", true, "--ca-root-dir", rootDir, "--ca-key-uri", hsm.keyURI("0a", pinFile))
+	ca, err := f.startReplica(t.Context(), "", true, "--ca-root-dir", rootDir, "--ca-key-uri", keyURI)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -187,7 +194,7 @@ func TestHSMRootKey(t *testing.T) {
 		t.Fatalf("leaf does not verify against the root: %v", err)
 	}
 	if len(res.Chain) != 1 || res.Chain[0].CheckSignatureFrom(root.Cert) != nil {
-		t.Fatalf("want one intermediate signed by the HSM root key, got %d certificates", len(res.Chain))
+		t.Fatalf("want one intermediate signed by the root key, got %d certificates", len(res.Chain))
 	}
 }
 
