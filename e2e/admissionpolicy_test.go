@@ -2,6 +2,9 @@ package e2e_test
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"maps"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -49,9 +53,15 @@ func caClient(t *testing.T, s *suite, rel chartRelease) kubernetes.Interface {
 
 // istiodClient returns a client acting as istiod (see istiodUser).
 func istiodClient(t *testing.T, s *suite) kubernetes.Interface {
+	return superuserClient(t, s, istiodUser)
+}
+
+// superuserClient returns a client acting as user in system:masters, so
+// that RBAC allows everything and any refusal is a policy's.
+func superuserClient(t *testing.T, s *suite, user string) kubernetes.Interface {
 	t.Helper()
 	cfg := s.cp.RESTConfig()
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: istiodUser, Groups: []string{"system:masters", "system:authenticated"}}
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user, Groups: []string{"system:masters", "system:authenticated"}}
 	c, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -102,7 +112,9 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 	leases := ca.CoordinationV1().Leases(rel.ns)
 	secrets := ca.CoreV1().Secrets(rel.ns)
 	runAdmissionCases(t, []admissionCase{
-		{"Istio's root ConfigMap", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", rootConfigMap) }, ""},
+		{"Istio's root ConfigMap where it publishes it", func(ctx context.Context) error { return createConfigMap(ctx, ca, meshNS, rootConfigMap) }, ""},
+		{"Istio's root ConfigMap where it does not", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", rootConfigMap) },
+			"only ConfigMaps named istio-ca-root-cert, in namespaces labelled"},
 		{"a ConfigMap of another name", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "coredns-custom") },
 			"only ConfigMaps named istio-ca-root-cert"},
 		{"another ConfigMap in kube-system", func(ctx context.Context) error { return createConfigMap(ctx, ca, "kube-system", "coredns-custom") },
@@ -248,4 +260,77 @@ func createBundle(ctx context.Context, c kubernetes.Interface, name, signer, roo
 // must start with the signer name, its slash made a colon.
 func signerBundleName(signer string) string {
 	return strings.ReplaceAll(signer, "/", ":") + ":e2e-dry-run"
+}
+
+// checkOwnConfigMapSelector applies, for real, the own-writes policy of a
+// release whose root ConfigMap selector uses every requirement form, and
+// checks as that release's service account (with RBAC out of the way)
+// that creating istio-ca-root-cert is allowed in exactly the namespaces
+// the CA's own reading of the selector matches: one that matches, one
+// that fails each requirement alone, and ones that pass a requirement
+// another way.
+func checkOwnConfigMapSelector(t *testing.T, s *suite, helm, kubeVersion string, ap *applier) {
+	const ns, sel = "wca-chart-selector", "a in (x, y),c notin (z),!d,e,f!=g,h=="
+	values, err := json.Marshal(map[string]any{"enabled": true, "namespaces": sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := helmCmd(t, helm, "template", "wcasel", chartDir, "--namespace", ns, "--kube-version", kubeVersion,
+		"--set-json", "istioRootConfigMap="+string(values))
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	var user string
+	for _, o := range decodeManifests(t, out) {
+		switch {
+		case o.GetKind() == "ServiceAccount":
+			user = "system:serviceaccount:" + ns + ":" + o.GetName()
+		case strings.HasSuffix(o.GetName(), "-own-writes"): // the policy and its binding
+			if _, err := ap.apply(t.Context(), o, false); err != nil {
+				t.Fatalf("apply %s: %v", objName(o), err)
+			}
+			t.Cleanup(func() {
+				if err := ap.delete(context.Background(), o); err != nil {
+					t.Errorf("delete %s: %v", objName(o), err)
+				}
+			})
+		}
+	}
+	ca := superuserClient(t, s, user)
+	const refused = "only ConfigMaps named istio-ca-root-cert"
+	var last error
+	err = pollUntil(t, 30*time.Second, func() (bool, error) {
+		last = createConfigMap(t.Context(), ca, "default", "wca-policy-probe")
+		return refusedBy(last, refused), nil
+	})
+	if err != nil {
+		t.Fatalf("the policy never took effect (last: %v)", last)
+	}
+
+	want, err := labels.Parse(sel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	match := labels.Set{"a": "x", "e": "", "h": ""}
+	with := func(k, v string) labels.Set { l := maps.Clone(match); l[k] = v; return l }
+	without := func(k string) labels.Set { l := maps.Clone(match); delete(l, k); return l }
+	for i, set := range []labels.Set{
+		match,
+		with("a", "y"), with("a", "z"), without("a"), // in
+		with("c", "w"), with("c", "z"), // notin
+		with("d", "1"),                 // !exists
+		without("e"),                   // exists
+		with("f", "h"), with("f", "g"), // !=
+		with("h", "1"), without("h"), // ==
+	} {
+		name := fmt.Sprintf("wca-selector-%02d", i)
+		createNamespace(t, s, name, set)
+		err := createConfigMap(t.Context(), ca, name, rootConfigMap)
+		switch {
+		case want.Matches(set) && err != nil:
+			t.Errorf("namespace labelled %v: %v, want allowed", set, err)
+		case !want.Matches(set) && !refusedBy(err, refused):
+			t.Errorf("namespace labelled %v: %v, want refused by the policy", set, err)
+		}
+	}
 }

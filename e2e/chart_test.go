@@ -109,9 +109,10 @@ func TestChart(t *testing.T) {
 			{"the same without the admission policies", "", []string{"--set-json", `extraArgs=["--ca-secret=other/state"]`,
 				"--set", "admissionPolicy.enabled=false"}},
 			{"extraArgs that rename nothing", "", []string{"--set-json", `extraArgs=["--log-level=debug"]`}},
-			{"a root ConfigMap selector the exclusive policy's binding cannot express", "is not a label selector of",
-				[]string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`, "--set", "admissionPolicy.exclusive=true"}},
-			{"the same without exclusive", "", []string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`}},
+			{"a root ConfigMap selector the admission policies cannot express", "is not a label selector of",
+				[]string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`}},
+			{"the same without the admission policies", "", []string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`,
+				"--set", "admissionPolicy.enabled=false"}},
 		} {
 			_, stderr, err := helmCmd(t, helm, append([]string{"template", "wca", chartDir, "--kube-version", kubeVersion}, c.args...)...)
 			switch {
@@ -125,6 +126,9 @@ func TestChart(t *testing.T) {
 
 	t.Run("the exclusive root ConfigMap policy binds in the namespaces the CA publishes to", func(t *testing.T) {
 		checkRootConfigMapBinding(t, helm, kubeVersion, ap)
+	})
+	t.Run("the CA may write the root ConfigMap only in the namespaces it publishes to", func(t *testing.T) {
+		checkOwnConfigMapSelector(t, s, helm, kubeVersion, ap)
 	})
 
 	// The check above proves something only if the apiserver does warn about

@@ -147,7 +147,8 @@ The LabelSelector (matchExpressions) of a label selector string as the CA
 reads it (k8s.io/apimachinery labels.Parse): requirements joined by commas,
 each "k=v", "k==v", "k!=v", "k in (v1,v2)", "k notin (v1,v2)", "k" or "!k".
 Rendering fails on anything else (the "<" and ">" of labels.Parse have no
-LabelSelector form), rather than binding more or less than the CA serves.
+LabelSelector form), rather than the admission policies covering more or
+fewer namespaces than the CA serves.
 */}}
 {{- define "workload-ca.labelSelector" -}}
 {{- $key := `[A-Za-z0-9][-A-Za-z0-9_./]*` -}}
@@ -156,7 +157,7 @@ LabelSelector form), rather than binding more or less than the CA serves.
 {{- $eq := printf `(%s)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)` $key -}}
 {{- $reqs := regexFindAll (printf `%s|%s|%s|%s` $notExists $set $eq $key) . -1 -}}
 {{- if ne (join "," $reqs | nospace) (nospace .) -}}
-{{- fail (printf "istioRootConfigMap.namespaces: %q is not a label selector of =, ==, !=, in, notin, exists and !exists requirements joined by commas" .) -}}
+{{- fail (printf "istioRootConfigMap.namespaces: %q is not a label selector of =, ==, !=, in, notin, exists and !exists requirements joined by commas, which the admission policies need (or set admissionPolicy.enabled=false)" .) -}}
 {{- end -}}
 matchExpressions:
 {{- range $reqs }}
@@ -179,4 +180,28 @@ matchExpressions:
     operator: Exists
 {{- end }}
 {{- end }}
+{{- end }}
+
+{{/*
+A CEL expression, for a ValidatingAdmissionPolicy that declares the
+variable nsLabels (the labels of the request's namespace), that is true
+where the label selector string . matches: the LabelSelector of
+workload-ca.labelSelector, requirement by requirement, as Kubernetes
+defines In, NotIn, Exists and DoesNotExist.
+*/}}
+{{- define "workload-ca.selectorCEL" -}}
+{{- $terms := list -}}
+{{- range (include "workload-ca.labelSelector" . | fromYaml).matchExpressions -}}
+{{- $key := printf "'%s'" .key -}}
+{{- $values := list -}}
+{{- range .values }}{{ $values = append $values (printf "'%s'" .) }}{{ end -}}
+{{- $has := printf "%s in variables.nsLabels" $key -}}
+{{- $in := printf "variables.nsLabels[%s] in [%s]" $key (join ", " $values) -}}
+{{- if eq .operator "In" }}{{ $terms = append $terms (printf "(%s && %s)" $has $in) }}
+{{- else if eq .operator "NotIn" }}{{ $terms = append $terms (printf "(!(%s) || !(%s))" $has $in) }}
+{{- else if eq .operator "Exists" }}{{ $terms = append $terms (printf "(%s)" $has) }}
+{{- else }}{{ $terms = append $terms (printf "!(%s)" $has) }}
+{{- end -}}
+{{- end -}}
+{{- if $terms }}{{ join " && " $terms }}{{ else }}true{{ end -}}
 {{- end }}
