@@ -100,7 +100,8 @@ func (k *localKMS) keyURI(id string) string {
 // through the AWS SDK the release binary carries, against local-kms, an
 // emulator of the KMS API: a signing key that signs every leaf, and a
 // plug-in root's key that signs the intermediate the CA mints. A key that
-// is not the certificate's stops the CA at start.
+// is not the certificate's, or one the KMS does not hold, stops the CA at
+// start.
 func TestAWSKMS(t *testing.T) {
 	f := newLCFixture(t, "awskms")
 	root := testca.NewRoot(t, testca.P256)
