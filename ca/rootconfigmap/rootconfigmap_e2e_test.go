@@ -71,7 +71,7 @@ func TestE2E(t *testing.T) {
 			waitRoots(t, admin, "alpha", roots[0])
 		}},
 		{"an edited root-cert.pem is restored, other keys kept", func(t *testing.T) {
-			testRepairEdit(t, admin, roots)
+			testRepairEdit(t, admin, roots, rec)
 		}},
 		{"a rival publisher is named, and repaired at most once per interval", func(t *testing.T) {
 			testRival(t, admin, roots, rec, &logs)
@@ -128,7 +128,7 @@ func namespaceNames(t *testing.T, c kubernetes.Interface) []string {
 
 // testRepairEdit replaces beta's roots, drops a label and adds a key: the
 // roots and label come back, the key stays.
-func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate) {
+func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate, rec *testobs.Results) {
 	cms := admin.CoreV1().ConfigMaps("beta")
 	cm, err := cms.Get(t.Context(), ConfigMapName, metav1.GetOptions{})
 	if err != nil {
@@ -143,6 +143,9 @@ func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Cert
 	if got := waitRoots(t, admin, "beta", roots[0]); got.Data["extra"] != "kept" {
 		t.Errorf("data %v: key extra lost", got.Data)
 	}
+	// The repair is counted once its update returns, which can be after
+	// the test has seen it.
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) == 1 })
 }
 
 // contestInterval is the publisher's RepairInterval in TestE2E.
@@ -154,7 +157,7 @@ const contestInterval = 3 * time.Second
 // interval has passed since the first repair.
 func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate, rec *testobs.Results, logs *testlog.Buffer) {
 	cms := admin.CoreV1().ConfigMaps("alpha")
-	rival := func() time.Time {
+	rival := func() {
 		t.Helper()
 		cm, err := cms.Get(t.Context(), ConfigMapName, metav1.GetOptions{})
 		if err != nil {
@@ -164,12 +167,12 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 		if _, err := cms.Update(t.Context(), cm, metav1.UpdateOptions{FieldManager: "pilot-discovery"}); err != nil {
 			t.Fatal(err)
 		}
-		return time.Now()
 	}
 	repaired := rec.Count(ResultRepaired)
+	first := time.Now() // the first repair comes after this moment
 	rival()
 	waitRoots(t, admin, "alpha", roots[0])
-	first := time.Now()
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) >= repaired+1 })
 	if rec.Count(ResultRepaired) != repaired+1 {
 		t.Fatalf("%d repairs counted, want 1", rec.Count(ResultRepaired)-repaired)
 	}
@@ -179,6 +182,7 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 
 	rival()
 	waitRoots(t, admin, "alpha", roots[0])
+	testwait.Eventually(t, "the second repair counted", func() bool { return rec.Count(ResultRepaired) >= repaired+2 })
 	if d := time.Since(first); d < contestInterval-time.Second {
 		t.Errorf("the second change was undone %v after the first repair, within the %v interval", d, contestInterval)
 	}
@@ -211,6 +215,7 @@ func testNewLeader(t *testing.T, user, admin kubernetes.Interface, roots func() 
 	stop := startRun(t, p)
 	defer stop()
 	waitRoots(t, admin, "alpha", roots()...)
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) >= 1 })
 	if n := rec.Count(ResultRepaired); n != 1 {
 		t.Errorf("%d repairs counted, want 1 (the rival's edit)", n)
 	}
