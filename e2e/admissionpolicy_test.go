@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"maps"
 	"strings"
@@ -92,14 +91,21 @@ func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
 		t.Fatalf("%d probes for the policies %q", len(probes), rel.policies)
 	}
 	for _, p := range probes {
-		var last error
-		err := pollUntil(t, 30*time.Second, func() (bool, error) {
-			last = p.write(t.Context())
-			return refusedBy(last, p.refused), nil
-		})
-		if err != nil {
-			t.Fatalf("policy %s never took effect (last: %v)", p.name, last)
-		}
+		waitForPolicy(t, p)
+	}
+}
+
+// waitForPolicy repeats probe's write until a policy refuses it as probe
+// says: a policy takes effect a moment after it is created.
+func waitForPolicy(t *testing.T, probe admissionCase) {
+	t.Helper()
+	var last error
+	err := pollUntil(t, 30*time.Second, func() (bool, error) {
+		last = probe.write(t.Context())
+		return refusedBy(last, probe.refused), nil
+	})
+	if err != nil {
+		t.Fatalf("policy %s never took effect (last: %v)", probe.name, last)
 	}
 }
 
@@ -271,17 +277,8 @@ func signerBundleName(signer string) string {
 // another way.
 func checkOwnConfigMapSelector(t *testing.T, s *suite, helm, kubeVersion string, ap *applier) {
 	const ns, sel = "wca-chart-selector", "a in (x, y),c notin (z),!d,e,f!=g,h=="
-	values, err := json.Marshal(map[string]any{"enabled": true, "namespaces": sel})
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, stderr, err := helmCmd(t, helm, "template", "wcasel", chartDir, "--namespace", ns, "--kube-version", kubeVersion,
-		"--set-json", "istioRootConfigMap="+string(values))
-	if err != nil {
-		t.Fatalf("%v: %s", err, stderr)
-	}
 	var user string
-	for _, o := range decodeManifests(t, out) {
+	for _, o := range renderWithRootSelector(t, helm, kubeVersion, "wcasel", ns, sel) {
 		switch {
 		case o.GetKind() == "ServiceAccount":
 			user = "system:serviceaccount:" + ns + ":" + o.GetName()
@@ -298,14 +295,9 @@ func checkOwnConfigMapSelector(t *testing.T, s *suite, helm, kubeVersion string,
 	}
 	ca := superuserClient(t, s, user)
 	const refused = "only ConfigMaps named istio-ca-root-cert"
-	var last error
-	err = pollUntil(t, 30*time.Second, func() (bool, error) {
-		last = createConfigMap(t.Context(), ca, "default", "wca-policy-probe")
-		return refusedBy(last, refused), nil
-	})
-	if err != nil {
-		t.Fatalf("the policy never took effect (last: %v)", last)
-	}
+	waitForPolicy(t, admissionCase{"own-writes", func(ctx context.Context) error {
+		return createConfigMap(ctx, ca, "default", "wca-policy-probe")
+	}, refused})
 
 	want, err := labels.Parse(sel)
 	if err != nil {

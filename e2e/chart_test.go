@@ -544,17 +544,8 @@ func checkRootConfigMapBinding(t *testing.T, helm, kubeVersion string, ap *appli
 		"a=b, c in (x,y),!d,e,f!=g,h==",
 	} {
 		t.Run(sel, func(t *testing.T) {
-			values, err := json.Marshal(map[string]any{"enabled": true, "namespaces": sel})
-			if err != nil {
-				t.Fatal(err)
-			}
-			out, stderr, err := helmCmd(t, helm, "template", "wca", chartDir, "--kube-version", kubeVersion,
-				"--set-json", "istioRootConfigMap="+string(values), "--set", "admissionPolicy.exclusive=true")
-			if err != nil {
-				t.Fatalf("%v: %s", err, stderr)
-			}
 			var binding *unstructured.Unstructured
-			for _, o := range decodeManifests(t, out) {
+			for _, o := range renderWithRootSelector(t, helm, kubeVersion, "wca", "default", sel, "--set", "admissionPolicy.exclusive=true") {
 				if o.GetKind() == "ValidatingAdmissionPolicyBinding" && strings.HasSuffix(o.GetName(), "-root-configmaps") {
 					binding = o
 				}
@@ -587,6 +578,22 @@ func checkRootConfigMapBinding(t *testing.T, helm, kubeVersion string, ap *appli
 			}
 		})
 	}
+}
+
+// renderWithRootSelector renders release in ns with istioRootConfigMap on
+// for the namespaces selector sel, and the values in args.
+func renderWithRootSelector(t *testing.T, helm, kubeVersion, release, ns, sel string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	values, err := json.Marshal(map[string]any{"enabled": true, "namespaces": sel})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, stderr, err := helmCmd(t, helm, append([]string{"template", release, chartDir, "--namespace", ns, "--kube-version", kubeVersion,
+		"--set-json", "istioRootConfigMap=" + string(values)}, args...)...)
+	if err != nil {
+		t.Fatalf("%v: %s", err, stderr)
+	}
+	return decodeManifests(t, out)
 }
 
 // selectorsDiffer returns a label set that one of a and b matches and the
