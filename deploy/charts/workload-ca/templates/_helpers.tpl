@@ -159,22 +159,25 @@ fewer namespaces than the CA serves.
 {{- if ne (join "," $reqs | nospace) (nospace .) -}}
 {{- fail (printf "istioRootConfigMap.namespaces: %q is not a label selector of =, ==, !=, in, notin, exists and !exists requirements joined by commas, which the admission policies need (or set admissionPolicy.enabled=false)" .) -}}
 {{- end -}}
+{{- $notExists = printf `^%s$` $notExists -}}
+{{- $set = printf `^%s$` $set -}}
+{{- $eq = printf `^%s$` $eq -}}
 matchExpressions:
 {{- range $reqs }}
-{{- if regexMatch (printf `^%s$` $notExists) . }}
-  - key: {{ regexReplaceAll (printf `^%s$` $notExists) . "${1}" | quote }}
+{{- if regexMatch $notExists . }}
+  - key: {{ regexReplaceAll $notExists . "${1}" | quote }}
     operator: DoesNotExist
-{{- else if regexMatch (printf `^%s$` $set) . }}
-  - key: {{ regexReplaceAll (printf `^%s$` $set) . "${1}" | quote }}
-    operator: {{ ternary "In" "NotIn" (eq (regexReplaceAll (printf `^%s$` $set) . "${2}") "in") }}
+{{- else if regexMatch $set . }}
+  - key: {{ regexReplaceAll $set . "${1}" | quote }}
+    operator: {{ ternary "In" "NotIn" (eq (regexReplaceAll $set . "${2}") "in") }}
     values:
-    {{- range splitList "," (regexReplaceAll (printf `^%s$` $set) . "${3}") }}
+    {{- range splitList "," (regexReplaceAll $set . "${3}") }}
       - {{ trim . | quote }}
     {{- end }}
-{{- else if regexMatch (printf `^%s$` $eq) . }}
-  - key: {{ regexReplaceAll (printf `^%s$` $eq) . "${1}" | quote }}
-    operator: {{ ternary "NotIn" "In" (eq (regexReplaceAll (printf `^%s$` $eq) . "${2}") "!=") }}
-    values: [{{ regexReplaceAll (printf `^%s$` $eq) . "${3}" | quote }}]
+{{- else if regexMatch $eq . }}
+  - key: {{ regexReplaceAll $eq . "${1}" | quote }}
+    operator: {{ ternary "NotIn" "In" (eq (regexReplaceAll $eq . "${2}") "!=") }}
+    values: [{{ regexReplaceAll $eq . "${3}" | quote }}]
 {{- else }}
   - key: {{ . | quote }}
     operator: Exists
