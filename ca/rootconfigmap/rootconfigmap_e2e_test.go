@@ -184,7 +184,7 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 	waitRoots(t, admin, "alpha", roots[0])
 	testwait.Eventually(t, "the second repair counted", func() bool { return rec.Count(ResultRepaired) >= repaired+2 })
 	if d := time.Since(first); d < contestInterval-time.Second {
-		t.Errorf("the second change was undone %v after the first repair, within the %v interval", d, contestInterval)
+		t.Errorf("the second change was undone %v after the first one was made, within the %v repair interval", d, contestInterval)
 	}
 	if rec.Count(ResultDeferred) == 0 || rec.Count(ResultRepaired) != repaired+2 {
 		t.Errorf("deferred %d, repaired %d times; want the second repair deferred", rec.Count(ResultDeferred), rec.Count(ResultRepaired)-repaired)

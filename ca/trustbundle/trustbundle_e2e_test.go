@@ -176,7 +176,7 @@ func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
 	istiod()
 	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, ours...)
 	if d := time.Since(first); d < interval-time.Second {
-		t.Errorf("the second change was undone %v after the first repair, within the %v interval", d, interval)
+		t.Errorf("the second change was undone %v after the first one was made, within the %v repair interval", d, interval)
 	}
 }
 
