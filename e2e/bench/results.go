@@ -87,6 +87,7 @@ func (r results) table() tableSummary {
 	zero := func(v float64) bool { return v == 0 }
 	rows := []row{
 		{key: "floor_certs_per_sec_per_core", format: "%.0f"},
+		{key: "floor_start_certs_per_sec_per_core", format: "%.0f"},
 		{key: "floor_before_certs_per_sec_per_core", format: "%.0f"},
 		{key: "floor_after_certs_per_sec_per_core", format: "%.0f"},
 		{key: "floor_wall_certs_per_sec", format: "%.0f"},
