@@ -108,15 +108,16 @@ func (s *suite) testTokenOfDeletedPod(t *testing.T) {
 // lived must stop working when the pod is deleted, though it has not
 // expired.
 func (s *suite) testCachedTokenOfDeletedPod(t *testing.T) {
-	if _, err := s.cp.CreateServiceAccount(t.Context(), "demo", "cached"); err != nil {
+	sa := s.runName("cached")
+	if _, err := s.cp.CreateServiceAccount(t.Context(), "demo", sa); err != nil {
 		t.Fatal(err)
 	}
-	pod := s.createPod(t, "demo", "cached-0", "cached", "node-a")
+	pod := s.createPod(t, "demo", sa+"-0", sa, "node-a")
 	tok, err := s.mintFor(t.Context(), pod, audience, 3600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	args := cahost.RequestArgs{Token: tok, Identity: id("demo", "cached")}
+	args := cahost.RequestArgs{Token: tok, Identity: id("demo", sa)}
 	if _, err := s.request(t, args); err != nil {
 		t.Fatalf("while the pod lives: %v", err)
 	}

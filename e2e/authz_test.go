@@ -163,6 +163,7 @@ func (s *suite) waitRefused(t *testing.T, args cahost.RequestArgs, want codes.Co
 // which the CA's pod informer may not have seen yet.
 func (s *suite) testInformerLag(t *testing.T) {
 	for _, sa := range []string{"fresh-1", "fresh-2", "fresh-3"} {
+		sa = s.runName(sa)
 		if _, err := s.cp.CreateServiceAccount(t.Context(), "demo", sa); err != nil {
 			t.Fatal(err)
 		}

@@ -66,6 +66,8 @@ type suite struct {
 	cp      *controlplane.ControlPlane
 	ca      *cahost.CA
 	setup   time.Duration
+	// caStarts counts the CAs started, one per run of TestWorkloadCA.
+	caStarts int
 
 	pods map[string]*corev1.Pod // by "namespace/name"
 
@@ -105,16 +107,34 @@ func newSuite(ctx context.Context) (s *suite, err error) {
 	if err := s.createFixture(ctx); err != nil {
 		return s, err
 	}
-	s.ca, err = cahost.Start(ctx, cahost.Options{
-		Kubeconfig: s.cp.KubeconfigPath(), // admin for now; the chart's RBAC comes later
-		WorkDir:    filepath.Join(s.workDir, "ca"),
-		ExtraArgs:  []string{"--cluster-id", "Kubernetes"}, // Istio's default, which ztunnel sends
-	})
-	if err != nil {
+	if err := s.startCA(ctx); err != nil {
 		return s, err
 	}
 	s.setup = time.Since(began)
 	return s, nil
+}
+
+// runName returns name for the first run of TestWorkloadCA and name-runN
+// for the N-th (go test -count): objects and directories that a run
+// creates under fixed names would already exist in the next.
+func (s *suite) runName(name string) string {
+	if s.caStarts <= 1 {
+		return name
+	}
+	return fmt.Sprintf("%s-run%d", name, s.caStarts)
+}
+
+// startCA starts the suite's CA, in a work dir of its own: "ca" the first
+// time, "ca-run2" when TestWorkloadCA, run again (go test -count), starts
+// it again after its last run stopped it.
+func (s *suite) startCA(ctx context.Context) (err error) {
+	s.caStarts++
+	s.ca, err = cahost.Start(ctx, cahost.Options{
+		Kubeconfig: s.cp.KubeconfigPath(), // admin for now; the chart's RBAC comes later
+		WorkDir:    filepath.Join(s.workDir, s.runName("ca")),
+		ExtraArgs:  []string{"--cluster-id", "Kubernetes"}, // Istio's default, which ztunnel sends
+	})
+	return err
 }
 
 func (s *suite) createFixture(ctx context.Context) error {
@@ -187,9 +207,12 @@ func (s *suite) close(failed bool) error {
 		err = errors.Join(err, s.cp.Stop())
 	}
 	if failed || err != nil || os.Getenv(envKeep) != "" {
+		caLog := "none"
+		if s.ca != nil {
+			caLog = s.ca.LogPath()
+		}
 		fmt.Fprintf(os.Stderr, "e2e: work dir kept: %s (CA log: %s, audit log: %s)\n",
-			s.workDir, filepath.Join(s.workDir, "ca", "workload-ca.log"),
-			filepath.Join(s.workDir, "controlplane", "audit.log"))
+			s.workDir, caLog, filepath.Join(s.workDir, "controlplane", "audit.log"))
 		return err
 	}
 	return errors.Join(err, os.RemoveAll(s.workDir))
@@ -208,6 +231,14 @@ func suiteFor(t *testing.T) *suite {
 // must run alone, in order.
 func TestWorkloadCA(t *testing.T) {
 	s := suiteFor(t)
+	if s.ca.Exited() { // an earlier run of this test stopped it
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		err := s.startCA(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
 	cpt := s.cp.Timings()
 	t.Logf("etcd healthy in %v, kube-apiserver ready in %v, workload-ca start→SERVING %v; set-up %v",
 		cpt.EtcdHealthy.Round(time.Millisecond), cpt.APIServerReady.Round(time.Millisecond),

@@ -228,7 +228,7 @@ func (s *suite) checkPrometheusServer(t *testing.T, bin string, wantIssued float
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	began := time.Now()
-	srv, err := promserver.Start(ctx, promserver.Options{Binary: bin, WorkDir: filepath.Join(s.workDir, "prometheus"),
+	srv, err := promserver.Start(ctx, promserver.Options{Binary: bin, WorkDir: filepath.Join(s.workDir, s.runName("prometheus")),
 		Job: "workload-ca", Targets: []string{s.ca.AdminAddr()}, ScrapeInterval: time.Second})
 	if err != nil {
 		t.Fatal(err)
@@ -321,7 +321,7 @@ func (s *suite) checkAuditInLog(t *testing.T, issued cahost.Result) {
 // checkAuditLogFile starts a second CA with --audit-log (it competes for
 // the same lease and stays a follower) and --istio-metrics-compat.
 func (s *suite) checkAuditLogFile(t *testing.T, promtool string) {
-	workDir := filepath.Join(s.workDir, "ca-audit-log")
+	workDir := filepath.Join(s.workDir, s.runName("ca-audit-log"))
 	auditPath := filepath.Join(workDir, "audit.log")
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
