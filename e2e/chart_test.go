@@ -113,6 +113,8 @@ func TestChart(t *testing.T) {
 				[]string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`}},
 			{"the same without the admission policies", "", []string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"tier>1"}`,
 				"--set", "admissionPolicy.enabled=false"}},
+			{"a set value that is not a label value (it would reach the policy's CEL)", "is not a label selector of",
+				[]string{"--set-json", `istioRootConfigMap={"enabled":true,"namespaces":"a in (x'] || true || ['y)"}`}},
 		} {
 			_, stderr, err := helmCmd(t, helm, append([]string{"template", "wca", chartDir, "--kube-version", kubeVersion}, c.args...)...)
 			switch {

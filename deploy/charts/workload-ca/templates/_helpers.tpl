@@ -152,9 +152,10 @@ fewer namespaces than the CA serves.
 */}}
 {{- define "workload-ca.labelSelector" -}}
 {{- $key := `[A-Za-z0-9][-A-Za-z0-9_./]*` -}}
+{{- $value := `[-A-Za-z0-9_.]*` -}}
 {{- $notExists := printf `!\s*(%s)` $key -}}
-{{- $set := printf `(%s)\s+(in|notin)\s*\(([^()]*)\)` $key -}}
-{{- $eq := printf `(%s)\s*(==|=|!=)\s*([-A-Za-z0-9_.]*)` $key -}}
+{{- $set := printf `(%s)\s+(in|notin)\s*\(\s*(%s(?:\s*,\s*%s)*)\s*\)` $key $value $value -}}
+{{- $eq := printf `(%s)\s*(==|=|!=)\s*(%s)` $key $value -}}
 {{- $reqs := regexFindAll (printf `%s|%s|%s|%s` $notExists $set $eq $key) . -1 -}}
 {{- if ne (join "," $reqs | nospace) (nospace .) -}}
 {{- fail (printf "istioRootConfigMap.namespaces: %q is not a label selector of =, ==, !=, in, notin, exists and !exists requirements joined by commas, which the admission policies need (or set admissionPolicy.enabled=false)" .) -}}
