@@ -78,13 +78,13 @@ func waitForPolicies(t *testing.T, s *suite, rel chartRelease) {
 	t.Helper()
 	ca, istiod := caClient(t, s, rel), istiodClient(t, s)
 	root := string(testca.NewRoot(t, testca.P256).CertPEM())
-	createMeshNamespace(t, s, rel, meshNS) // the root ConfigMap policy binds only there
+	createMeshNamespace(t, s, rel, policyNS) // the root ConfigMap policy binds only there
 	probes := []admissionCase{
 		{"own-writes", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "wca-policy-probe") },
 			"only ConfigMaps named istio-ca-root-cert"},
 		{"trust-bundles", func(ctx context.Context) error { return createBundle(ctx, ca, "wca-policy-probe", "", root) },
 			"only ClusterTrustBundles of its signers"},
-		{"root-configmaps", func(ctx context.Context) error { return createConfigMap(ctx, istiod, meshNS, rootConfigMap) },
+		{"root-configmaps", func(ctx context.Context) error { return createConfigMap(ctx, istiod, policyNS, rootConfigMap) },
 			"may not create it or change its data"},
 	}
 	if len(probes) != len(rel.policies) {
@@ -118,7 +118,7 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 	leases := ca.CoordinationV1().Leases(rel.ns)
 	secrets := ca.CoreV1().Secrets(rel.ns)
 	runAdmissionCases(t, []admissionCase{
-		{"Istio's root ConfigMap where it publishes it", func(ctx context.Context) error { return createConfigMap(ctx, ca, meshNS, rootConfigMap) }, ""},
+		{"Istio's root ConfigMap where it publishes it", func(ctx context.Context) error { return createConfigMap(ctx, ca, policyNS, rootConfigMap) }, ""},
 		{"Istio's root ConfigMap where it does not", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", rootConfigMap) },
 			"only ConfigMaps named istio-ca-root-cert, in namespaces labelled"},
 		{"a ConfigMap of another name", func(ctx context.Context) error { return createConfigMap(ctx, ca, "default", "coredns-custom") },

@@ -22,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/rand"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -35,8 +36,10 @@ const (
 	rbacValues = "ci/full-values.yaml"
 	// rootConfigMap is Istio's root ConfigMap, as the chart's RBAC names it.
 	rootConfigMap = "istio-ca-root-cert"
-	// meshNS is a namespace the chart's root ConfigMap selector matches.
-	meshNS = "wca-rbac-mesh"
+	// policyNS is a namespace the chart's root ConfigMap selector
+	// matches, created before the CA runs for the admission policies'
+	// checks.
+	policyNS = "wca-rbac-policy"
 )
 
 // chartRelease is what the rendered Deployment says the CA will use: the
@@ -424,7 +427,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	}
 	secretMode := caSecret != ""
 	checkPublished(t, s, rel, ca, secretMode)
-	checkRootConfigMaps(t, s, rel)
+	meshNS := checkRootConfigMaps(t, s, rel, ca)
 	t.Run("admissionPolicy.exclusive: istiod cannot change what the CA publishes", func(t *testing.T) {
 		checkExclusive(t, s, rel, meshNS)
 	})
@@ -512,13 +515,15 @@ func createMeshNamespace(t *testing.T, s *suite, rel chartRelease, name string) 
 	createNamespace(t, s, name, map[string]string{key: value})
 }
 
-// checkRootConfigMaps checks that a namespace the chart's selector matches
-// gets Istio's root ConfigMap, holding the roots of the published bundle,
-// and that one it does not match gets none.
-func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
+// checkRootConfigMaps checks that a namespace the chart's selector matches,
+// created while the CA runs, gets Istio's root ConfigMap, holding the roots
+// of the published bundle, and that one it does not match gets none once
+// the CA has reconciled it. It returns the first namespace.
+func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease, ca *cahost.CA) string {
 	t.Helper()
+	run := rand.String(5) // -count > 1 runs in fresh namespaces
+	meshNS, outside := "wca-rbac-mesh-"+run, "wca-rbac-outside-"+run
 	createMeshNamespace(t, s, rel, meshNS)
-	createNamespace(t, s, "wca-rbac-outside", nil)
 	client := s.cp.Client()
 	istio, err := client.CertificatesV1().ClusterTrustBundles().Get(t.Context(), "istio.io:istiod-ca:root-cert", metav1.GetOptions{})
 	if err != nil {
@@ -542,9 +547,22 @@ func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease) {
 	if err != nil {
 		t.Errorf("%s in %s: %v (last: %s)", rootConfigMap, meshNS, err, last)
 	}
-	if _, err := client.CoreV1().ConfigMaps("wca-rbac-outside").Get(t.Context(), rootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+	// The namespace created last was published, so the CA has reconciled
+	// every namespace: the next skip is the new unselected one's.
+	const reconciled = "workload_ca_root_configmap_publish_total"
+	skippedBefore, _ := s.scrape(t, ca.AdminAddr()).Sum(reconciled, "result", "skipped")
+	createNamespace(t, s, outside, nil)
+	err = pollUntil(t, 30*time.Second, func() (bool, error) {
+		n, _ := s.scrape(t, ca.AdminAddr()).Sum(reconciled, "result", "skipped")
+		return n > skippedBefore, nil
+	})
+	if err != nil {
+		t.Errorf("namespace %s never reconciled (%s{result=\"skipped\"}): %v", outside, reconciled, err)
+	}
+	if _, err := client.CoreV1().ConfigMaps(outside).Get(t.Context(), rootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("%s in a namespace the selector does not match: %v, want NotFound", rootConfigMap, err)
 	}
+	return meshNS
 }
 
 // checkAdmin checks the probes' endpoints and that every workload_ca_*
