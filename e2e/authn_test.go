@@ -80,8 +80,8 @@ func (s *suite) testOtherCluster(t *testing.T) {
 // refused, though it has not expired, whoever it asks for. The API
 // server's and the CA's pod informers may lag the deletion by a moment,
 // and meanwhile the CA answers as for a live pod (here PermissionDenied:
-// the service account may not impersonate), so the refusal must come
-// within maxDenialDelay.
+// the service account may neither impersonate nor ask for an identity not
+// its own), so the refusal must come within maxDenialDelay.
 func (s *suite) testTokenOfDeletedPod(t *testing.T) {
 	pod := s.createPod(t, "demo", "gone-0", "gone", "node-a")
 	tok, err := s.mintFor(t.Context(), pod, audience, 3600)

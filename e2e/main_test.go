@@ -66,8 +66,8 @@ type suite struct {
 	cp      *controlplane.ControlPlane
 	ca      *cahost.CA
 	setup   time.Duration
-	// caStarts counts the CAs started, one per run of TestWorkloadCA.
-	caStarts int
+	// runs counts the runs of TestWorkloadCA (go test -count).
+	runs int
 
 	pods map[string]*corev1.Pod // by "namespace/name"
 
@@ -118,17 +118,16 @@ func newSuite(ctx context.Context) (s *suite, err error) {
 // for the N-th (go test -count): objects and directories that a run
 // creates under fixed names would already exist in the next.
 func (s *suite) runName(name string) string {
-	if s.caStarts <= 1 {
+	if s.runs <= 1 {
 		return name
 	}
-	return fmt.Sprintf("%s-run%d", name, s.caStarts)
+	return fmt.Sprintf("%s-run%d", name, s.runs)
 }
 
-// startCA starts the suite's CA, in a work dir of its own: "ca" the first
-// time, "ca-run2" when TestWorkloadCA, run again (go test -count), starts
-// it again after its last run stopped it.
+// startCA starts the suite's CA, in a work dir of its own: "ca" for the
+// first run of TestWorkloadCA, "ca-runN" for the N-th, which starts it
+// again after the last run stopped it.
 func (s *suite) startCA(ctx context.Context) (err error) {
-	s.caStarts++
 	s.ca, err = cahost.Start(ctx, cahost.Options{
 		Kubeconfig: s.cp.KubeconfigPath(), // admin for now; the chart's RBAC comes later
 		WorkDir:    filepath.Join(s.workDir, s.runName("ca")),
@@ -231,7 +230,12 @@ func suiteFor(t *testing.T) *suite {
 // must run alone, in order.
 func TestWorkloadCA(t *testing.T) {
 	s := suiteFor(t)
-	if s.ca.Exited() { // an earlier run of this test stopped it
+	if s.runs++; s.runs > 1 {
+		// A fresh CA: the last run's ended with its stop test (Stop is
+		// safe to call again, as when -run left that test out).
+		if err := s.ca.Stop(); err != nil {
+			t.Fatalf("the last run's CA: %v", err)
+		}
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 		err := s.startCA(ctx)
 		cancel()
