@@ -307,8 +307,14 @@ func lintChart(t *testing.T, helm, kubeVersion string, values ...string) {
 // renderChart runs helm template and decodes every manifest.
 func renderChart(t *testing.T, helm, release, ns, kubeVersion string, values ...string) []*unstructured.Unstructured {
 	t.Helper()
+	return renderChartArgs(t, helm, release, ns, kubeVersion, valuesArgs(values)...)
+}
+
+// renderChartArgs is renderChart with helm template's own arguments.
+func renderChartArgs(t *testing.T, helm, release, ns, kubeVersion string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
 	out := runHelm(t, helm, append([]string{"template", release, chartDir,
-		"--namespace", ns, "--kube-version", kubeVersion}, valuesArgs(values)...)...)
+		"--namespace", ns, "--kube-version", kubeVersion}, args...)...)
 	return decodeManifests(t, out)
 }
 
@@ -590,12 +596,7 @@ func renderWithRootSelector(t *testing.T, helm, kubeVersion, release, ns, sel st
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, stderr, err := helmCmd(t, helm, append([]string{"template", release, chartDir, "--namespace", ns, "--kube-version", kubeVersion,
-		"--set-json", "istioRootConfigMap=" + string(values)}, args...)...)
-	if err != nil {
-		t.Fatalf("%v: %s", err, stderr)
-	}
-	return decodeManifests(t, out)
+	return renderChartArgs(t, helm, release, ns, kubeVersion, append([]string{"--set-json", "istioRootConfigMap=" + string(values)}, args...)...)
 }
 
 // selectorsDiffer returns a label set that one of a and b matches and the
