@@ -150,16 +150,9 @@ func TestAWSKMS(t *testing.T) {
 		{"a key the KMS does not hold stops the CA", "missing", "6f0e7e0a-56a1-4d36-9b0e-2b4c1f0d0a09", "NotFoundException"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			ca, err := withCertsOnly(t, tt.dir, kms.keyURI(tt.keyID))
-			if err == nil {
-				_ = ca.Stop()
-				t.Fatal("the CA started")
-			}
-			logs, _ := os.ReadFile(filepath.Join(f.dir, tt.dir, "workload-ca.log"))
-			t.Logf("refused: %v", err)
-			if !strings.Contains(err.Error()+string(logs), tt.want) {
-				t.Errorf("start error %v, log %q: want %q", err, logs, tt.want)
-			}
+			checkRefusedStart(t, filepath.Join(f.dir, tt.dir), tt.want, func() (*cahost.CA, error) {
+				return withCertsOnly(t, tt.dir, kms.keyURI(tt.keyID))
+			})
 		})
 	}
 }

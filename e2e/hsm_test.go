@@ -140,21 +140,12 @@ func TestHSMKey(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
-			ca, err := cahost.Start(ctx, cahost.Options{Kubeconfig: f.s.cp.KubeconfigPath(), WorkDir: workDir("refused-"+strings.ReplaceAll(tt.name, " ", "-"), tt.files),
-				Env: hsm.env(), ExtraArgs: append(f.args(false), "--ca-key-uri", tt.uri)})
-			if err == nil {
-				_ = ca.Stop()
-				t.Fatal("the CA started")
-			}
-			var logs string
-			if b, rerr := os.ReadFile(filepath.Join(f.dir, "refused-"+strings.ReplaceAll(tt.name, " ", "-"), "workload-ca.log")); rerr == nil {
-				logs = string(b)
-			}
-			t.Logf("refused: %v", err)
-			if !strings.Contains(err.Error()+logs, tt.want) {
-				t.Errorf("start error %v, log %q: want %q", err, logs, tt.want)
-			}
-			if strings.Contains(err.Error()+logs, hsm.pin) {
+			dir := workDir("refused-"+strings.ReplaceAll(tt.name, " ", "-"), tt.files)
+			said := checkRefusedStart(t, dir, tt.want, func() (*cahost.CA, error) {
+				return cahost.Start(ctx, cahost.Options{Kubeconfig: f.s.cp.KubeconfigPath(), WorkDir: dir,
+					Env: hsm.env(), ExtraArgs: append(f.args(false), "--ca-key-uri", tt.uri)})
+			})
+			if strings.Contains(said, hsm.pin) {
 				t.Errorf("the error or the log contains the PIN")
 			}
 		})
@@ -208,4 +199,23 @@ func writeFiles(t *testing.T, dir string, files map[string][]byte) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// checkRefusedStart checks that start, a CA in work dir dir, fails, and
+// that its error or the CA's log says want. It returns both, for further
+// checks.
+func checkRefusedStart(t *testing.T, dir, want string, start func() (*cahost.CA, error)) string {
+	t.Helper()
+	ca, err := start()
+	if err == nil {
+		_ = ca.Stop()
+		t.Fatal("the CA started")
+	}
+	logs, _ := os.ReadFile(filepath.Join(dir, "workload-ca.log")) // none if it never ran
+	t.Logf("refused: %v", err)
+	said := err.Error() + string(logs)
+	if !strings.Contains(said, want) {
+		t.Errorf("start error %v, log %q: want %q", err, logs, want)
+	}
+	return said
 }
