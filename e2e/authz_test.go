@@ -135,18 +135,20 @@ func (s *suite) testDeletedPodDenied(t *testing.T) {
 	}
 	s.deletePod(t, pod)
 	deleted := time.Now()
-	s.waitRefused(t, args, codes.PermissionDenied)
+	s.waitRefused(t, args, codes.PermissionDenied, codes.OK)
 	t.Logf("pod deletion → PermissionDenied in %v", time.Since(deleted).Round(time.Millisecond))
 }
 
 // waitRefused repeats args until the CA answers want, within
-// maxDenialDelay of a pod's deletion; any code but OK and want fails t.
-func (s *suite) waitRefused(t *testing.T, args cahost.RequestArgs, want codes.Code) {
+// maxDenialDelay of a pod's deletion; meanwhile it may still answer as
+// while the pod lived (alive: OK, or the refusal the live pod got). Any
+// other code fails t.
+func (s *suite) waitRefused(t *testing.T, args cahost.RequestArgs, want, alive codes.Code) {
 	t.Helper()
 	err := pollUntil(t, maxDenialDelay, func() (bool, error) {
 		_, err := s.request(t, args)
 		switch cahost.Code(err) {
-		case codes.OK:
+		case alive:
 			return false, nil
 		case want:
 			return true, nil
