@@ -211,7 +211,7 @@ func checkRefusedStart(t *testing.T, dir, want string, start func() (*cahost.CA,
 		_ = ca.Stop()
 		t.Fatal("the CA started")
 	}
-	logs, _ := os.ReadFile(filepath.Join(dir, "workload-ca.log")) // none if it never ran
+	logs, _ := os.ReadFile(cahost.LogPath(dir)) // none if it never ran
 	t.Logf("refused: %v", err)
 	said := err.Error() + string(logs)
 	if !strings.Contains(said, want) {

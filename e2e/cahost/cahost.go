@@ -474,7 +474,11 @@ func (c *CA) ClientConfig() (caclient.Config, error) {
 }
 
 // LogPath returns the CA's log file.
-func (c *CA) LogPath() string { return filepath.Join(c.workDir, "workload-ca.log") }
+func (c *CA) LogPath() string { return LogPath(c.workDir) }
+
+// LogPath returns the log file of a CA started in workDir, also when it
+// failed to start.
+func LogPath(workDir string) string { return filepath.Join(workDir, "workload-ca.log") }
 
 // Logs returns everything the CA has logged so far.
 func (c *CA) Logs() string {
