@@ -31,6 +31,7 @@ const (
 	mSynced       = "workload_ca_podindex_synced"
 	mExpiry       = "workload_ca_ca_cert_expiry_timestamp_seconds"
 	mLeader       = "workload_ca_leader"
+	mRootCMs      = "workload_ca_root_configmap_publish_total"
 	mGRPCHandled  = "grpc_server_handled_total"
 	certService   = "istio.v1.auth.IstioCertificateService"
 	notOnNode     = "identity-not-on-node"

@@ -549,15 +549,15 @@ func checkRootConfigMaps(t *testing.T, s *suite, rel chartRelease, ca *cahost.CA
 	}
 	// The namespace created last was published, so the CA has reconciled
 	// every namespace: the next skip is the new unselected one's.
-	const reconciled = "workload_ca_root_configmap_publish_total"
-	skippedBefore, _ := s.scrape(t, ca.AdminAddr()).Sum(reconciled, "result", "skipped")
+	skippedBefore, _ := s.scrape(t, ca.AdminAddr()).Sum(mRootCMs, "result", "skipped")
 	createNamespace(t, s, outside, nil)
 	err = pollUntil(t, 30*time.Second, func() (bool, error) {
-		n, _ := s.scrape(t, ca.AdminAddr()).Sum(reconciled, "result", "skipped")
-		return n > skippedBefore, nil
+		samples, err := scrapeCA(t.Context(), ca)
+		n, _ := samples.Sum(mRootCMs, "result", "skipped")
+		return n > skippedBefore, err
 	})
 	if err != nil {
-		t.Errorf("namespace %s never reconciled (%s{result=\"skipped\"}): %v", outside, reconciled, err)
+		t.Errorf("namespace %s never reconciled (%s{result=\"skipped\"}): %v", outside, mRootCMs, err)
 	}
 	if _, err := client.CoreV1().ConfigMaps(outside).Get(t.Context(), rootConfigMap, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("%s in a namespace the selector does not match: %v, want NotFound", rootConfigMap, err)
