@@ -1,8 +1,9 @@
 // Package keyloop runs the loop of a keyed controller, as Kubernetes'
 // controllers do: start the informers and wait for their caches, reconcile
 // every key once and again on each resync, and otherwise reconcile the keys
-// the informers' event handlers put on the queue, one at a time, retrying
-// failures with the queue's backoff.
+// the informers' event handlers put on the queue with one worker or more
+// (never two at once for one key), retrying failures with the queue's
+// backoff.
 package keyloop
 
 import (
@@ -15,7 +16,7 @@ import (
 	"k8s.io/utils/clock"
 )
 
-// Loop is one run of a controller. Every field is required.
+// Loop is one run of a controller. Every field but Workers is required.
 type Loop struct {
 	// Queue holds the keys to reconcile; the informers' handlers add to it.
 	// Run shuts it down when it returns.
@@ -25,11 +26,14 @@ type Loop struct {
 	// again every Resync.
 	Keys func() []string
 	// Reconcile converges one key. An error retries the key with the
-	// queue's backoff; nil forgets its earlier failures. It is not called
-	// concurrently.
+	// queue's backoff; nil forgets its earlier failures. It is called
+	// concurrently for different keys when Workers is above one, never for
+	// one key: the queue hands a key out again only once it is done.
 	Reconcile func(ctx context.Context, key string) error
 	Clock     clock.WithTicker
 	Resync    time.Duration
+	// Workers is how many keys are reconciled at once (default 1).
+	Workers int
 }
 
 // Run runs the informers, then reconciles until ctx ends; it returns once
@@ -37,7 +41,7 @@ type Loop struct {
 func (l *Loop) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	defer wg.Wait()
-	defer l.Queue.ShutDown() // runs before wg.Wait: stops the worker
+	defer l.Queue.ShutDown() // runs before wg.Wait: stops the workers
 	synced := make([]cache.InformerSynced, 0, len(l.Informers))
 	for _, inf := range l.Informers {
 		wg.Go(func() { inf.RunWithContext(ctx) })
@@ -48,15 +52,17 @@ func (l *Loop) Run(ctx context.Context) {
 	}
 	l.EnqueueAll()
 	wg.Go(func() { l.resyncLoop(ctx) })
-	wg.Go(func() {
-		for l.processNext(ctx) {
-		}
-	})
+	for range max(l.Workers, 1) {
+		wg.Go(func() {
+			for l.processNext(ctx) {
+			}
+		})
+	}
 	<-ctx.Done()
 }
 
 // EnqueueAll asks for a reconcile of every key. Keys added before the
-// caches have synced wait for the worker; after Run has returned they are
+// caches have synced wait for the workers; after Run has returned they are
 // dropped.
 func (l *Loop) EnqueueAll() {
 	for _, k := range l.Keys() {

@@ -3,6 +3,7 @@ package keyloop
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -82,4 +83,119 @@ func TestRun(t *testing.T) {
 			t.Error("queue not shut down")
 		}
 	})
+}
+
+// gate records the order and overlap of reconciles; the keys "slow" and
+// "slow2" block until release is closed.
+type gate struct {
+	release chan struct{}
+	mu      sync.Mutex
+	order   []string
+	running map[string]int
+	overlap []string // keys that ran twice at once
+	peak    int      // most reconciles running at once
+}
+
+func (g *gate) reconcile(ctx context.Context, key string) error {
+	g.mu.Lock()
+	g.running[key]++
+	if g.running[key] > 1 {
+		g.overlap = append(g.overlap, key)
+	}
+	total := 0
+	for _, n := range g.running {
+		total += n
+	}
+	g.peak = max(g.peak, total)
+	g.mu.Unlock()
+	if key == "slow" || key == "slow2" {
+		select {
+		case <-g.release:
+		case <-ctx.Done():
+		}
+	}
+	g.mu.Lock()
+	g.running[key]--
+	g.order = append(g.order, key)
+	g.mu.Unlock()
+	return nil
+}
+
+func (g *gate) done(keys ...string) func() bool {
+	return func() bool {
+		g.mu.Lock()
+		defer g.mu.Unlock()
+		seen := map[string]int{}
+		for _, k := range g.order {
+			seen[k]++
+		}
+		for _, k := range keys {
+			if seen[k] == 0 {
+				return false
+			}
+			seen[k]--
+		}
+		return true
+	}
+}
+
+func TestWorkers(t *testing.T) {
+	tests := []struct {
+		name    string
+		workers int
+		// whether the other keys finish while the slow ones block
+		othersPass bool
+	}{
+		{name: "default: one key at a time, in queue order", workers: 0},
+		{name: "one worker", workers: 1},
+		{name: "three workers: two slow keys hold up two of them only", workers: 3, othersPass: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			g := &gate{release: make(chan struct{}), running: map[string]int{}}
+			q := workqueue.NewTypedRateLimitingQueue(workqueue.DefaultTypedControllerRateLimiter[string]())
+			l := &Loop{Queue: q, Keys: func() []string { return []string{"slow", "slow2", "a", "b", "c"} },
+				Reconcile: g.reconcile, Clock: clocktesting.NewFakeClock(time.Now()), Resync: time.Hour, Workers: tt.workers}
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan struct{})
+			go func() { l.Run(ctx); close(done) }()
+			defer func() { cancel(); <-done }()
+
+			slow := []string{"slow"} // running at once
+			if tt.othersPass {
+				slow = append(slow, "slow2")
+			}
+			testwait.Eventually(t, fmt.Sprint(slow, " running"), func() bool {
+				g.mu.Lock()
+				defer g.mu.Unlock()
+				for _, k := range slow {
+					if g.running[k] != 1 {
+						return false
+					}
+				}
+				return true
+			})
+			q.Add("slow") // again while in flight: must wait for the first
+			q.Add("late") // queued while the slow keys run
+			if tt.othersPass {
+				testwait.Eventually(t, "the other keys while slow and slow2 block", g.done("a", "b", "c", "late"))
+			}
+			close(g.release)
+			testwait.Eventually(t, "every key, slow twice", g.done("slow", "slow", "slow2", "a", "b", "c", "late"))
+
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if len(g.overlap) > 0 {
+				t.Errorf("keys reconciled twice at once: %v", g.overlap)
+			}
+			// One worker: nothing ran beside slow. Three: late ran beside
+			// both slow ones, and never a fourth reconcile.
+			if want := max(tt.workers, 1); g.peak != want {
+				t.Errorf("at most %d reconciles at once, want %d", g.peak, want)
+			}
+			if !tt.othersPass && g.order[0] != "slow" {
+				t.Errorf("order %v: want slow first", g.order)
+			}
+		})
+	}
 }
