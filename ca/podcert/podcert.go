@@ -60,6 +60,10 @@ type Config struct {
 	Clock    clock.WithTicker
 	// Resync re-reads every pending request this often (default 10m).
 	Resync time.Duration
+	// Workers is how many requests are decided at once (default 1). Each
+	// decision waits for one status update, so with one worker the rate
+	// is one request per API round trip.
+	Workers int
 }
 
 // Controller signs the PodCertificateRequests of one signer name.
@@ -120,7 +124,7 @@ func (c *Controller) Run(ctx context.Context) error {
 	})
 	loop := &keyloop.Loop{Queue: queue, Informers: []cache.Controller{informer}, Keys: store.ListKeys,
 		Reconcile: func(ctx context.Context, key string) error { return c.reconcile(ctx, store, key) },
-		Clock:     c.cfg.Clock, Resync: c.cfg.Resync}
+		Clock:     c.cfg.Clock, Resync: c.cfg.Resync, Workers: c.cfg.Workers}
 	loop.Run(ctx)
 	return nil
 }

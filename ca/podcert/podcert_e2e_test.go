@@ -1,14 +1,18 @@
 package podcert
 
 import (
+	"context"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"fmt"
 	"log/slog"
 	"net/url"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -36,7 +40,8 @@ var testTD = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 // grantSigner returns a client for user, bound to the rules the chart
 // grants the CA for PodCertificateRequests, with the right to sign for
-// signers (the chart's: testSigner alone).
+// signers (the chart's: one signer name), of which the first is the one
+// the client will sign for.
 func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string, signers ...string) kubernetes.Interface {
 	t.Helper()
 	rules := []rbacv1.PolicyRule{
@@ -48,7 +53,7 @@ func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string, signe
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "RBAC for "+user, func() bool { return checkAccess(t.Context(), client, testSigner) == nil })
+	testwait.Eventually(t, "RBAC for "+user, func() bool { return checkAccess(t.Context(), client, signers[0]) == nil })
 	return client
 }
 
@@ -109,7 +114,8 @@ func TestE2E(t *testing.T) {
 	var audit testlog.Buffer // written by the signer while the test reads it
 	client := grantSigner(t, cp, "podcert-signer", testSigner, "example.com/other")
 	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD,
-		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil))})
+		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil)),
+		Workers: 1}) // decides in order: see the other signer's request
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,4 +204,74 @@ func TestE2E(t *testing.T) {
 			t.Errorf("an audit record names the other signer's request:\n%s", audit.String())
 		}
 	})
+	t.Run("several workers decide many requests, each once", func(t *testing.T) {
+		checkWorkers(t, cp, authority, key)
+	})
+}
+
+// pairSigner is a Signer that holds its first call until a second one
+// runs beside it (or a timeout passes), and remembers whether one did.
+type pairSigner struct {
+	Signer
+	paired   chan struct{} // closed by the second call
+	once     sync.Once
+	calls    atomic.Int32
+	overlaps atomic.Bool
+}
+
+func (p *pairSigner) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) {
+	switch p.calls.Add(1) {
+	case 1:
+		select {
+		case <-p.paired:
+			p.overlaps.Store(true)
+		case <-time.After(5 * time.Second): // less than the test waits for the decisions
+		}
+	case 2:
+		p.once.Do(func() { close(p.paired) })
+	}
+	return p.Signer.Sign(ctx, r)
+}
+
+// checkWorkers runs a controller with four workers, for a signer name of
+// its own, over requests created at once: two are signed at the same time,
+// and every request gets exactly one decision, written once and audited
+// once.
+func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Authority, key crypto.Signer) {
+	const signer, n = "workload-ca.io/spiffe-workers", 24
+	if _, err := cp.CreateNamespace(t.Context(), "many"); err != nil {
+		t.Fatal(err)
+	}
+	pcrs := cp.Client().CertificatesV1().PodCertificateRequests("many")
+	for i := range n {
+		if _, err := pcrs.Create(t.Context(), newPCR(t, "many", fmt.Sprintf("pod-%02d", i), "web-sa", signer, key, 3600), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var audit testlog.Buffer
+	signing := &pairSigner{Signer: authority, paired: make(chan struct{})}
+	c, err := New(Config{Client: grantSigner(t, cp, "podcert-workers", signer), SignerName: signer, TrustDomain: testTD,
+		Signer: signing, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Workers: 4})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, c.Run)
+	testwait.Eventually(t, "every request audited", func() bool {
+		return strings.Count(audit.String(), `"msg":"pod certificate issued"`) >= n
+	})
+	if !signing.overlaps.Load() {
+		t.Error("no two requests were signed at once")
+	}
+	list, err := pcrs.List(t.Context(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, pcr := range list.Items {
+		if conds := pcr.Status.Conditions; len(conds) != 1 || conds[0].Type != certv1.PodCertificateRequestConditionTypeIssued {
+			t.Errorf("%s: conditions %+v, want one Issued", pcr.Name, conds)
+		}
+	}
+	if got := strings.Count(audit.String(), `"msg":"pod certificate issued"`); got != n || signing.calls.Load() != n {
+		t.Errorf("%d issue records and %d signatures for %d requests, want one each", got, signing.calls.Load(), n)
+	}
 }

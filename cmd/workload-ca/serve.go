@@ -59,6 +59,7 @@ type serveConfig struct {
 	CADirPoll          time.Duration
 	PublishTrustBundle bool
 	PodCertificates    bool
+	PodCertWorkers     int
 	SignerName         string
 	IstioCompatible    bool
 	// IstioRootConfigMap publishes Istio's istio-ca-root-cert ConfigMap
@@ -113,6 +114,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
 	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
+	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
 	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
@@ -216,6 +218,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	}
 	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 || c.Lease.renew <= c.Lease.retry || c.Lease.lease <= c.Lease.renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > retry period > 0"))
+	}
+	if c.PodCertWorkers < 1 {
+		errs = append(errs, errors.New("--pod-certificate-workers must be at least 1"))
 	}
 	if c.CADirPoll <= 0 {
 		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))

@@ -23,7 +23,7 @@ func TestParseServeFlags(t *testing.T) {
 			if c.ListenAddr != ":15012" || c.TrustDomain.Name() != "cluster.local" || c.DefaultTTL != 24*time.Hour ||
 				c.TLSMinVersion != tls.VersionTLS13 || len(c.NodeAgents) != 1 ||
 				c.NodeAgents[0] != (authz.NodeAgent{Namespace: "istio-system", ServiceAccount: "ztunnel"}) ||
-				strings.Join(c.TokenAudiences, ",") != "istio-ca" {
+				strings.Join(c.TokenAudiences, ",") != "istio-ca" || c.PodCertificates || c.PodCertWorkers != 4 {
 				t.Fatalf("defaults = %+v", c)
 			}
 		}},
@@ -107,6 +107,12 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "bad node agent", args: []string{"--ca-dir", "/ca", "--node-agents", "ztunnel"}, wantErr: "--node-agents"},
 		{name: "default ttl over max", args: []string{"--ca-dir", "/ca", "--default-ttl", "48h", "--max-ttl", "24h"}, wantErr: "--default-ttl"},
 		{name: "bad tls version", args: []string{"--ca-dir", "/ca", "--tls-min-version", "1.1"}, wantErr: "--tls-min-version"},
+		{name: "pod certificate workers", args: []string{"--ca-dir", "/ca", "--pod-certificates", "--pod-certificate-workers", "8"}, check: func(t *testing.T, c serveConfig) {
+			if !c.PodCertificates || c.PodCertWorkers != 8 {
+				t.Errorf("PodCertificates %v, PodCertWorkers %d", c.PodCertificates, c.PodCertWorkers)
+			}
+		}},
+		{name: "at least one pod certificate worker", args: []string{"--ca-dir", "/ca", "--pod-certificate-workers", "0"}, wantErr: "--pod-certificate-workers"},
 		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
 		{name: "all problems reported at once", args: []string{"--tls-min-version", "1.0", "--log-level", "loud"}, wantErr: "--log-level"},
 	}

@@ -355,7 +355,8 @@ func (a *app) signPodCertificates(context.Context) error {
 		return nil
 	}
 	c, err := podcert.New(podcert.Config{Client: a.kube, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
-		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert")})
+		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
+		Workers: a.cfg.PodCertWorkers})
 	if err != nil {
 		return err
 	}
