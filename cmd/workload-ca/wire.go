@@ -18,8 +18,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
-	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -75,7 +73,7 @@ type app struct {
 	audit     *slog.Logger
 	reg       *prometheus.Registry
 	metrics   *metrics.Metrics
-	kube      kubernetes.Interface
+	kube      *kubeClients
 	authority *ca.Authority
 	pods      *podindex.Index
 	serving   *server.ServingCert
@@ -121,10 +119,10 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	}
 	defer a.closeCAKey()
 	var err error
-	if a.kube, err = kubeClient(cfg); err != nil {
+	if a.kube, err = newKubeClients(cfg); err != nil {
 		return err
 	}
-	if err := tokenreview.CheckAccess(ctx, a.kube); err != nil {
+	if err := tokenreview.CheckAccess(ctx, a.kube.requests); err != nil {
 		return err
 	}
 	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.signPodCertificates, a.buildServer, a.buildAdmin}
@@ -186,7 +184,7 @@ func (a *app) loadCASecret(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube, Namespace: a.cfg.CASecret.Namespace,
+	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube.caState, Namespace: a.cfg.CASecret.Namespace,
 		Name: a.cfg.CASecret.Name, Generate: generate, Roots: a.externalRoots(), Logger: a.log.With("component", "ca-secret")})
 	if err != nil {
 		return err
@@ -354,7 +352,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	if !a.cfg.PodCertificates {
 		return nil
 	}
-	c, err := podcert.New(podcert.Config{Client: a.kube, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
+	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
 		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
 		Workers: a.cfg.PodCertWorkers})
 	if err != nil {
@@ -369,7 +367,7 @@ func (a *app) publishBundles(context.Context) error {
 	if !a.cfg.PublishTrustBundle {
 		return nil
 	}
-	p, err := trustbundle.New(trustbundle.Config{Client: a.kube, TrustDomain: a.cfg.TrustDomain,
+	p, err := trustbundle.New(trustbundle.Config{Client: a.kube.bundles, TrustDomain: a.cfg.TrustDomain,
 		SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Roots: a.authority.Roots,
 		Observer: a.metrics, Logger: a.log.With("component", "trustbundle")})
 	if err != nil {
@@ -386,7 +384,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.cfg.IstioRootConfigMap {
 		return nil
 	}
-	p, err := rootconfigmap.New(rootconfigmap.Config{Client: a.kube, TrustDomain: a.cfg.TrustDomain,
+	p, err := rootconfigmap.New(rootconfigmap.Config{Client: a.kube.rootConfigMaps, TrustDomain: a.cfg.TrustDomain,
 		Roots: a.authority.Roots, NamespaceSelector: a.cfg.IstioRootNamespaces,
 		Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")})
 	if err != nil {
@@ -399,9 +397,9 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 
 // buildServer wires authentication, authorization and the gRPC server.
 func (a *app) buildServer(ctx context.Context) error {
-	a.pods = podindex.New(podindex.Config{Client: a.kube, Logger: a.log.With("component", "podindex")})
+	a.pods = podindex.New(podindex.Config{Client: a.kube.requests, Logger: a.log.With("component", "podindex")})
 	reviewer, err := tokenreview.New(tokenreview.Config{
-		Client: a.kube.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
+		Client: a.kube.requests.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
 		Pods: a.pods, Observer: a.metrics, Logger: a.log.With("component", "tokenreview"),
 	})
 	if err != nil {
@@ -480,26 +478,11 @@ func (a *app) run(ctx context.Context) error {
 		g.Go(func() error { return t(ctx) })
 	}
 	if len(a.leaderTasks) > 0 {
-		l := newLeader(a.kube, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
+		l := newLeader(a.kube.leader, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
 		l.onChange = a.metrics.SetLeader
 		g.Go(func() error { return l.Run(ctx) })
 	}
 	err := g.Wait()
 	a.log.Info("stopped", "error", fmt.Sprint(err))
 	return err
-}
-
-// kubeClient builds a client from a kubeconfig file, or in-cluster. Its
-// rate limit is ours to set: client-go's default (5/s) would throttle
-// TokenReviews during a cold-start storm.
-func kubeClient(cfg serveConfig) (kubernetes.Interface, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.Kubeconfig
-	restCfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
-	if err != nil {
-		return nil, fmt.Errorf("kubernetes client: %w", err)
-	}
-	restCfg.UserAgent = "workload-ca/" + version
-	restCfg.QPS, restCfg.Burst = float32(cfg.KubeQPS), cfg.KubeBurst
-	return kubernetes.NewForConfig(restCfg)
 }

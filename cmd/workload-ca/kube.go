@@ -1,0 +1,77 @@
+package main
+
+import (
+	"fmt"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// kubeClients are the CA's Kubernetes clients, one per kind of work, each
+// with a client-side rate limit of its own, as kube-controller-manager
+// gives each controller and its leader election a client: a storm of
+// TokenReviews must not hold a lease renewal past its deadline, nor a
+// writer's sweep of every namespace hold the TokenReviews. Each names its
+// work in its user agent, for the API server's audit log. They share
+// connections: client-go shares one transport between configurations
+// that differ only in rate limit and user agent.
+type kubeClients struct {
+	// requests serves the request path: TokenReviews and pod lookups.
+	requests kubernetes.Interface
+	// leader renews the leader election Lease.
+	leader kubernetes.Interface
+	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
+	// PodCertificateRequests.
+	caState, bundles, rootConfigMaps, podCerts kubernetes.Interface
+}
+
+// Leader election's own rate limit, independent of --kube-api-qps: a
+// renewal is a read and a write per retry period.
+const (
+	leaderQPS   = 5
+	leaderBurst = 10
+)
+
+// newKubeClients builds the clients from a kubeconfig file, or in-cluster.
+// Their rate limits are ours to set: client-go's default (5/s) would
+// throttle TokenReviews during a cold-start storm.
+func newKubeClients(cfg serveConfig) (*kubeClients, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = cfg.Kubeconfig
+	base, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client: %w", err)
+	}
+	base.UserAgent = "workload-ca/" + version
+	return kubeClientsFor(base, float32(cfg.KubeQPS), cfg.KubeBurst)
+}
+
+// kubeClientsFor builds the clients from base, with qps and burst for the
+// request path and each writer.
+func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, error) {
+	k := &kubeClients{}
+	for _, c := range []struct {
+		work   string
+		client *kubernetes.Interface
+		qps    float32
+		burst  int
+	}{
+		{"requests", &k.requests, qps, burst},
+		{"leader-election", &k.leader, leaderQPS, leaderBurst},
+		{"ca-state", &k.caState, qps, burst},
+		{"trustbundle", &k.bundles, qps, burst},
+		{"rootconfigmap", &k.rootConfigMaps, qps, burst},
+		{"podcert", &k.podCerts, qps, burst},
+	} {
+		cfg := rest.CopyConfig(base)
+		cfg.UserAgent += " (" + c.work + ")"
+		cfg.QPS, cfg.Burst, cfg.RateLimiter = c.qps, c.burst, nil
+		cs, err := kubernetes.NewForConfig(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("kubernetes client for %s: %w", c.work, err)
+		}
+		*c.client = cs
+	}
+	return k, nil
+}
