@@ -17,9 +17,15 @@ import (
 // ErrKeyURI is wrapped by every error of OpenKey.
 var ErrKeyURI = errors.New("CA key URI")
 
-// secretKeys are the URI attributes whose values are secrets. A key URI
-// never appears in a log or an error with their values.
-var secretKeys = []string{"pin-value"}
+// secretKeys are the URI attributes of go.step.sm/crypto's KMSs whose
+// values are secrets (a PKCS#11 or YubiKey PIN, an Azure client secret, a
+// YubiKey management key); any attribute whose name holds "secret",
+// "password" or "passphrase" counts too. A key URI never appears in a log
+// or an error with their values.
+var secretKeys = []string{"pin-value", "pin", "client-secret", "management-key"}
+
+// secretNameParts make any attribute that holds them secret.
+var secretNameParts = []string{"secret", "password", "passphrase"}
 
 // Key is a CA signing key held by a KMS or an HSM.
 type Key struct {
@@ -104,12 +110,14 @@ func redactAttrs(s string) string {
 }
 
 // isSecret reports whether an attribute name, escaped or not, is one of
-// secretKeys.
+// secretKeys or holds one of secretNameParts.
 func isSecret(name string) bool {
 	if n, err := url.QueryUnescape(name); err == nil {
 		name = n
 	}
-	return slices.ContainsFunc(secretKeys, func(k string) bool { return strings.EqualFold(name, k) })
+	name = strings.ToLower(name)
+	return slices.Contains(secretKeys, name) ||
+		slices.ContainsFunc(secretNameParts, func(p string) bool { return strings.Contains(name, p) })
 }
 
 // scrubber returns a function that renders a KMS error without the raw URI
@@ -117,9 +125,11 @@ func isSecret(name string) bool {
 // given).
 func scrubber(rawURI, safe string, u *uri.URI) func(error) string {
 	var secrets []string
-	values := uri.Values(u)
-	for _, k := range secretKeys {
-		for _, v := range values[k] {
+	for k, vs := range uri.Values(u) {
+		if !isSecret(k) {
+			continue
+		}
+		for _, v := range vs {
 			if v != "" {
 				secrets = append(secrets, v, url.QueryEscape(v))
 			}

@@ -152,6 +152,9 @@ func TestRedactKeyURI(t *testing.T) {
 		{"pkcs11:token=ca;id=01?pin-source=/run/pin&module-path=/x.so", "pkcs11:token=ca;id=01?pin-source=/run/pin&module-path=/x.so"},
 		{"cloudkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1", "cloudkms:projects/p/locations/l/keyRings/r/cryptoKeys/k/cryptoKeyVersions/1"},
 		{"awskms:key-id=abc;region=eu-west-1", "awskms:key-id=abc;region=eu-west-1"},
+		{"azurekms:name=ca;vault=v;client-id=abc;client-secret=S3cr3t;tenant-id=t", "azurekms:name=ca;vault=v;client-id=abc;client-secret=REDACTED;tenant-id=t"},
+		{"yubikey:slot-id=9c?pin=123456&management-key=0102", "yubikey:slot-id=9c?pin=REDACTED&management-key=REDACTED"},
+		{"example:key=k;db-Password=hunter2;api-secret-key=x", "example:key=k;db-Password=REDACTED;api-secret-key=REDACTED"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -163,10 +166,11 @@ func TestRedactKeyURI(t *testing.T) {
 	}
 }
 
-// Whatever the URI, the redacted one gives the KMS libraries no PIN: every
-// pin-value they would read from it is REDACTED.
+// Whatever the URI, the redacted one gives the KMS libraries no secret:
+// every PIN or client secret they would read from it is REDACTED.
 func FuzzRedactKeyURI(f *testing.F) {
-	for _, s := range []string{"pkcs11:token=ca;id=01?pin-value=1234", "pkcs11:pin-value=1234", "a:b?c=d&pin-value=x;y", "pkcs11:pin%2dvalue=99"} {
+	for _, s := range []string{"pkcs11:token=ca;id=01?pin-value=1234", "pkcs11:pin-value=1234", "a:b?c=d&pin-value=x;y", "pkcs11:pin%2dvalue=99",
+		"azurekms:name=k;client-secret=s", "yubikey:slot-id=9c?pin=1&management-key=2"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
@@ -178,9 +182,12 @@ func FuzzRedactKeyURI(f *testing.F) {
 		if err != nil {
 			return
 		}
-		for _, v := range uri.Values(u)["pin-value"] {
-			if v != "REDACTED" && v != "" {
-				t.Fatalf("RedactKeyURI(%q) = %q: pin-value %q kept", s, got, v)
+		values := uri.Values(u)
+		for _, k := range []string{"pin-value", "pin", "client-secret", "management-key"} {
+			for _, v := range values[k] {
+				if v != "REDACTED" && v != "" {
+					t.Fatalf("RedactKeyURI(%q) = %q: %s %q kept", s, got, k, v)
+				}
 			}
 		}
 	})
