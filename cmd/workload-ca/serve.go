@@ -127,6 +127,11 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := fs.Parse(args); err != nil {
 		return c, err
 	}
+	if fs.NArg() > 0 {
+		// Parsing stops at the first word that is not a flag: a stray
+		// "false" after a boolean flag would drop every flag after it.
+		return c, fmt.Errorf("%w: unexpected arguments %q (boolean flags take --flag=false)", errUsage, fs.Args())
+	}
 	if err := envFallback(fs); err != nil {
 		return c, err
 	}

@@ -113,6 +113,7 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "at least one pod certificate worker", args: []string{"--ca-dir", "/ca", "--pod-certificate-workers", "0"}, wantErr: "--pod-certificate-workers"},
+		{name: "a word after a boolean flag is refused, not the rest dropped", args: []string{"--ca-dir", "/ca", "--pprof", "false", "--max-ttl", "1h"}, wantErr: "unexpected arguments"},
 		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
 		{name: "all problems reported at once", args: []string{"--tls-min-version", "1.0", "--log-level", "loud"}, wantErr: "--log-level"},
 	}
