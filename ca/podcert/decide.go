@@ -12,12 +12,13 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 )
 
-// Reasons of a Denied condition. UnsupportedKeyType is the one Kubernetes
-// defines; the kubelet may then retry with a key type the message names.
+// Reasons of a Denied condition. UnsupportedKeyType and
+// InvalidUnverifiedUserAnnotations are the ones Kubernetes defines; the
+// kubelet may retry the first with a key type the message names.
 const (
-	ReasonUnsupportedKeyType         = "UnsupportedKeyType"
-	ReasonUnsupportedUserAnnotations = "UnsupportedUserAnnotations"
-	ReasonInvalidRequest             = "InvalidRequest"
+	ReasonUnsupportedKeyType     = certv1.PodCertificateRequestConditionUnsupportedKeyType
+	ReasonInvalidUserAnnotations = certv1.PodCertificateRequestConditionInvalidUserConfig
+	ReasonInvalidRequest         = "InvalidRequest"
 )
 
 // supportedKeyTypes is what a denial for an unsupported key suggests, in
@@ -41,7 +42,8 @@ func deny(reason, format string, args ...any) decision {
 
 // decide checks a pending request and says what to issue: the X.509-SVID
 // of the pod's service account, spiffe://<td>/ns/<namespace>/sa/<name>,
-// for the key of the stub CSR, valid for at most maxExpirationSeconds.
+// for the key of the stub CSR, valid for maxExpirationSeconds (at least the
+// hour Kubernetes requires) or the CA's longest lifetime if shorter.
 // The API server has checked that the pod, its service account and its
 // node are real and bound together, and verified the CSR's signature;
 // decide checks the CSR again anyway (ca.ParseCSR). It denies requests
@@ -50,7 +52,7 @@ func deny(reason, format string, args ...any) decision {
 // to.
 func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision {
 	if n := len(pcr.Spec.UnverifiedUserAnnotations); n > 0 {
-		return deny(ReasonUnsupportedUserAnnotations, "this signer understands no unverifiedUserAnnotations; %d given", n)
+		return deny(ReasonInvalidUserAnnotations, "this signer understands no unverifiedUserAnnotations; %d given", n)
 	}
 	stub, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
 	if err != nil {
@@ -71,7 +73,9 @@ func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision
 	if s := pcr.Spec.MaxExpirationSeconds; s != nil {
 		maxValidity = time.Duration(*s) * time.Second
 	}
-	return decision{req: ca.Request{CSR: csr, ID: id, MaxValidity: maxValidity}}
+	// The lifetime asked for is the request's, not the CA's default TTL
+	// (which may be under the hour Kubernetes requires).
+	return decision{req: ca.Request{CSR: csr, ID: id, TTL: maxValidity, MaxValidity: maxValidity}}
 }
 
 // refreshAt is when the kubelet should start renewing a certificate valid

@@ -53,7 +53,7 @@ func TestDecide(t *testing.T) {
 			wantReason: ReasonUnsupportedKeyType},
 		{name: "user annotations", edit: func(p *certv1.PodCertificateRequest) {
 			p.Spec.UnverifiedUserAnnotations = map[string]string{"example.com/x": "y"}
-		}, wantReason: ReasonUnsupportedUserAnnotations},
+		}, wantReason: ReasonInvalidUserAnnotations},
 		{name: "stub CSR garbage", edit: func(p *certv1.PodCertificateRequest) { p.Spec.StubPKCS10Request = []byte("not DER") },
 			wantReason: ReasonInvalidRequest},
 		{name: "service account name that is no SPIFFE path segment", edit: func(p *certv1.PodCertificateRequest) { p.Spec.ServiceAccountName = "" },

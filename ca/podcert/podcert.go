@@ -36,7 +36,9 @@ type Observer interface {
 	PodCertificate(result string)
 }
 
-// Outcomes passed to Observer.PodCertificate.
+// Outcomes passed to Observer.PodCertificate: a request issued or
+// denied, or an attempt to sign one that failed and is retried with
+// backoff (the request stays pending: the kubelet takes Failed as final).
 const (
 	ResultIssued = "issued"
 	ResultDenied = "denied"
@@ -164,7 +166,15 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		return c.finish(ctx, pcr, deny(ReasonInvalidRequest, "%v", err), nil)
 	case err != nil:
 		// The CA's own failure (not ready, say): retried with backoff.
+		c.cfg.Observer.PodCertificate(ResultFailed)
 		return fmt.Errorf("sign PodCertificateRequest %s: %w", key, err)
+	case issued.Cert.NotAfter.Sub(issued.Cert.NotBefore) < minValidity:
+		// The signing certificate expires within the hour. The request
+		// stays pending, retried with backoff, until the CA has a
+		// longer-lived one: a Failed condition would be final.
+		c.cfg.Observer.PodCertificate(ResultFailed)
+		return fmt.Errorf("sign PodCertificateRequest %s: the certificate the CA issues ends at %s, within the hour Kubernetes requires (is the signing certificate about to expire?)",
+			key, issued.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return c.finish(ctx, pcr, d, issued)
 }
@@ -182,10 +192,7 @@ func decided(pcr *certv1.PodCertificateRequest) bool {
 }
 
 // finish writes the decision to the request's status: the certificate
-// (issued non-nil), or a denial, or, when the certificate the CA can issue
-// is shorter than the API server accepts (its signing certificate is about
-// to expire), a failure the kubelet retries later. It audits and counts
-// what it wrote.
+// (issued non-nil) or a denial. It audits and counts what it wrote.
 func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateRequest, d decision, issued *ca.Issued) error {
 	now := metav1.NewTime(c.cfg.Clock.Now())
 	upd := pcr.DeepCopy()
@@ -195,10 +202,6 @@ func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateReque
 	case issued == nil:
 		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeDenied, d.reason, d.msg
 		result = ResultDenied
-	case issued.Cert.NotAfter.Sub(issued.Cert.NotBefore) < minValidity:
-		cond.Type, cond.Reason = certv1.PodCertificateRequestConditionTypeFailed, "SigningCertificateExpiring"
-		cond.Message = fmt.Sprintf("the CA can only issue until %s, less than the hour Kubernetes requires", issued.Cert.NotAfter.UTC().Format(time.RFC3339))
-		result = ResultFailed
 	default:
 		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeIssued, "Issued", "issued "+d.req.ID.String()
 		leaf := issued.Cert

@@ -184,8 +184,8 @@ func TestE2E(t *testing.T) {
 	})
 	t.Run("user annotations denied", func(t *testing.T) {
 		got := waitDecided("annotated")
-		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeDenied || cond.Reason != ReasonUnsupportedUserAnnotations {
-			t.Fatalf("condition %+v, want Denied %s", cond, ReasonUnsupportedUserAnnotations)
+		if cond := got.Status.Conditions[0]; cond.Type != certv1.PodCertificateRequestConditionTypeDenied || cond.Reason != ReasonInvalidUserAnnotations {
+			t.Fatalf("condition %+v, want Denied %s", cond, ReasonInvalidUserAnnotations)
 		}
 	})
 	t.Run("a stub CSR naming another identity denied", func(t *testing.T) {

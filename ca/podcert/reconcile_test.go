@@ -27,6 +27,9 @@ type signerFunc func(context.Context, ca.Request) (*ca.Issued, error)
 
 func (f signerFunc) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) { return f(ctx, r) }
 
+// errAny stands for any error in a test table.
+var errAny = errors.New("any error")
+
 type countingObserver map[string]int
 
 func (o countingObserver) PodCertificate(result string) { o[result]++ }
@@ -37,8 +40,8 @@ func TestReconcile(t *testing.T) {
 	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
 	root := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(24*time.Hour)))
 	short := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(30*time.Minute)))
-	authority := func(m *testca.CA) Signer {
-		a, err := ca.New(ca.Config{TrustDomain: testTD, Clock: testingclock.NewFakePassiveClock(now)}, m.Material())
+	authority := func(m *testca.CA, defaultTTL time.Duration) Signer {
+		a, err := ca.New(ca.Config{TrustDomain: testTD, Clock: testingclock.NewFakePassiveClock(now), DefaultTTL: defaultTTL}, m.Material())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -56,18 +59,23 @@ func TestReconcile(t *testing.T) {
 		name       string
 		pcr        *certv1.PodCertificateRequest
 		signer     Signer
-		wantErr    error
+		wantErr    error // errAny: any error
 		wantCond   string // "" : no status written
 		wantReason string
 		wantAudit  string
+		wantValid  time.Duration // of an issued certificate, if set
+		wantFailed int           // failed attempts counted
 	}{
-		{name: "issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(root),
+		{name: "issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(root, 0),
 			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
-		{name: "the CA's certificate expires within the hour: failed, the kubelet asks again later",
-			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(short),
-			wantCond: certv1.PodCertificateRequestConditionTypeFailed, wantReason: "SigningCertificateExpiring", wantAudit: "pod certificate refused"},
+		{name: "lasts maxExpirationSeconds even when the CA's default TTL is shorter than the hour Kubernetes requires",
+			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 7200), signer: authority(root, 30*time.Minute),
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued", wantValid: 2 * time.Hour},
+		{name: "the CA's certificate expires within the hour: left pending and retried, since Failed is final",
+			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(short, 0),
+			wantErr: errAny, wantFailed: 1},
 		{name: "the CA fails: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
-			signer: signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) { return nil, boom }), wantErr: boom},
+			signer: signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) { return nil, boom }), wantErr: boom, wantFailed: 1},
 		{name: "denied before signing", pcr: func() *certv1.PodCertificateRequest {
 			p := newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600)
 			p.Spec.UnverifiedUserAnnotations = map[string]string{"example.com/x": "y"}
@@ -76,8 +84,8 @@ func TestReconcile(t *testing.T) {
 			t.Error("signed a denied request")
 			return nil, boom
 		}),
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonUnsupportedUserAnnotations, wantAudit: "pod certificate refused"},
-		{name: "already decided: left alone", pcr: issued, signer: authority(root)},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonInvalidUserAnnotations, wantAudit: "pod certificate refused"},
+		{name: "already decided: left alone", pcr: issued, signer: authority(root, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -95,8 +103,11 @@ func TestReconcile(t *testing.T) {
 			}
 			client.ClearActions()
 			err = c.reconcile(context.Background(), store, tt.pcr.Namespace+"/"+tt.pcr.Name)
-			if !errors.Is(err, tt.wantErr) {
+			if tt.wantErr == errAny && err == nil || tt.wantErr != errAny && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("reconcile: %v, want %v", err, tt.wantErr)
+			}
+			if obs[ResultFailed] != tt.wantFailed {
+				t.Errorf("counted %d failed attempts, want %d", obs[ResultFailed], tt.wantFailed)
 			}
 			got, err := client.CertificatesV1().PodCertificateRequests(tt.pcr.Namespace).Get(context.Background(), tt.pcr.Name, metav1.GetOptions{})
 			if err != nil {
@@ -106,8 +117,8 @@ func TestReconcile(t *testing.T) {
 				if n := len(client.Actions()) - 1; n != 0 { // the Get above
 					t.Errorf("%d writes, want none", n)
 				}
-				if audit.Len() != 0 || len(obs) != 0 {
-					t.Errorf("audited %q, counted %v; want nothing", audit.String(), obs)
+				if audit.Len() != 0 || obs[ResultIssued]+obs[ResultDenied] != 0 {
+					t.Errorf("audited %q, counted %v; want no decision", audit.String(), obs)
 				}
 				return
 			}
@@ -123,8 +134,13 @@ func TestReconcile(t *testing.T) {
 			if !strings.Contains(audit.String(), tt.wantAudit) || strings.Count(audit.String(), "\n") != 1 {
 				t.Errorf("audit %q, want one record %q", audit.String(), tt.wantAudit)
 			}
-			if sum := obs[ResultIssued] + obs[ResultDenied] + obs[ResultFailed]; sum != 1 {
+			if sum := obs[ResultIssued] + obs[ResultDenied]; sum != 1 {
 				t.Errorf("counted %v, want one decision", obs)
+			}
+			if tt.wantValid > 0 {
+				if v := got.Status.NotAfter.Sub(got.Status.NotBefore.Time); v != tt.wantValid {
+					t.Errorf("valid for %v, want %v", v, tt.wantValid)
+				}
 			}
 		})
 	}

@@ -224,6 +224,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 || c.Lease.renew <= c.Lease.retry || c.Lease.lease <= c.Lease.renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > retry period > 0"))
 	}
+	if c.PodCertificates && c.MaxTTL < time.Hour {
+		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))
+	}
 	if c.PodCertWorkers < 1 {
 		errs = append(errs, errors.New("--pod-certificate-workers must be at least 1"))
 	}

@@ -112,6 +112,7 @@ func TestParseServeFlags(t *testing.T) {
 				t.Errorf("PodCertificates %v, PodCertWorkers %d", c.PodCertificates, c.PodCertWorkers)
 			}
 		}},
+		{name: "pod certificates need a max ttl of an hour", args: []string{"--ca-dir", "/ca", "--pod-certificates", "--max-ttl", "30m", "--default-ttl", "10m"}, wantErr: "--pod-certificates: --max-ttl"},
 		{name: "at least one pod certificate worker", args: []string{"--ca-dir", "/ca", "--pod-certificate-workers", "0"}, wantErr: "--pod-certificate-workers"},
 		{name: "a word after a boolean flag is refused, not the rest dropped", args: []string{"--ca-dir", "/ca", "--pprof", "false", "--max-ttl", "1h"}, wantErr: "unexpected arguments"},
 		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
