@@ -6,7 +6,8 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
-	"crypto/sha256"
+	_ "crypto/sha256" // the probe's hashes
+	_ "crypto/sha512"
 	"errors"
 	"fmt"
 	"time"
@@ -27,29 +28,49 @@ func (a *Authority) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	digest := sha256.Sum256([]byte("workload-ca readiness probe " + now.String()))
-	opts, msg := crypto.SignerOpts(crypto.SHA256), digest[:]
-	if _, ok := s.signer.Public().(ed25519.PublicKey); ok {
-		opts, msg = crypto.Hash(0), []byte("workload-ca readiness probe")
+	hash := probeHash(s.signer.Public())
+	msg := []byte("workload-ca readiness probe " + now.String())
+	if hash != 0 {
+		h := hash.New()
+		h.Write(msg)
+		msg = h.Sum(nil)
 	}
-	sig, err := s.signer.Sign(a.cfg.Rand, msg, opts)
+	sig, err := s.signer.Sign(a.cfg.Rand, msg, hash)
 	if err != nil {
 		return fmt.Errorf("probe signature: %w", err)
 	}
-	if !verifyProbe(s.cert.PublicKey, msg, sig) {
+	if !verifyProbe(s.cert.PublicKey, hash, msg, sig) {
 		return errors.New("probe signature does not verify with the signing certificate")
 	}
 	return nil
 }
 
-func verifyProbe(pub crypto.PublicKey, msg, sig []byte) bool {
+// probeHash is the hash crypto/x509 signs certificates with for a key:
+// SHA-384 and SHA-512 for ECDSA P-384 and P-521 (cloud KMSs sign with no
+// other), SHA-256 for other ECDSA and RSA keys, none for Ed25519.
+func probeHash(pub crypto.PublicKey) crypto.Hash {
+	switch k := pub.(type) {
+	case ed25519.PublicKey:
+		return 0
+	case *ecdsa.PublicKey:
+		switch k.Curve.Params().BitSize {
+		case 384:
+			return crypto.SHA384
+		case 521:
+			return crypto.SHA512
+		}
+	}
+	return crypto.SHA256
+}
+
+func verifyProbe(pub crypto.PublicKey, hash crypto.Hash, digest, sig []byte) bool {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
-		return ecdsa.VerifyASN1(k, msg, sig)
+		return ecdsa.VerifyASN1(k, digest, sig)
 	case *rsa.PublicKey:
-		return rsa.VerifyPKCS1v15(k, crypto.SHA256, msg, sig) == nil
+		return rsa.VerifyPKCS1v15(k, hash, digest, sig) == nil
 	case ed25519.PublicKey:
-		return ed25519.Verify(k, msg, sig)
+		return ed25519.Verify(k, digest, sig)
 	}
 	return false
 }

@@ -59,7 +59,7 @@ func TestReconcile(t *testing.T) {
 		name       string
 		pcr        *certv1.PodCertificateRequest
 		signer     Signer
-		wantErr    error // errAny: any error
+		wantErr    error  // errAny: any error
 		wantCond   string // "" : no status written
 		wantReason string
 		wantAudit  string
