@@ -3,12 +3,18 @@ package ca
 import (
 	"bytes"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/x509"
 	"fmt"
+	"math/big"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
@@ -63,8 +69,89 @@ func (a *Authority) SetMaterial(m *Material) error {
 	if err := checkTrustDomain(m.Cert, a.cfg.TrustDomain); err != nil {
 		return err
 	}
-	a.state.Store(newState(m))
+	s := newState(m)
+	if err := a.checkLeafChain(s, m); err != nil {
+		return err
+	}
+	a.state.Store(s)
 	return nil
+}
+
+// checkLeafChain verifies that a leaf the signing certificate issues
+// verifies through m's intermediates to its roots, for client and for
+// server authentication. Validate only checks that the signing certificate
+// chains as an end entity; the constraints the certificates above it place
+// on the certificates below it (a path length of 0 in an enterprise CA
+// above Istio's ca-cert.pem, name constraints, extended key usages) only
+// show with a leaf. The signing path then skips chain building.
+//
+// The leaf is signed by a throwaway key standing in for the CA's in a copy
+// of the signing certificate (chain building checks each signature with
+// the issuer's parsed public key, and the copy's own signature with its
+// unchanged raw bytes), so loading material never reaches a KMS or HSM:
+// Probe checks the key.
+func (a *Authority) checkLeafChain(s *state, m *Material) error {
+	stand, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return fmt.Errorf("ca: chain check key: %w", err)
+	}
+	signing := *m.Cert
+	signing.PublicKey = stand.Public()
+	id, err := spiffeid.FromSegments(a.cfg.TrustDomain, "workload-ca", "chain-check")
+	if err != nil {
+		return err
+	}
+	now := a.cfg.Clock.Now()
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), NotBefore: maxTime(now.Add(-time.Minute), signing.NotBefore), NotAfter: minTime(now.Add(time.Minute), signing.NotAfter),
+		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		AuthorityKeyId: signing.SubjectKeyId, URIs: []*url.URL{id.URL()},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, &signing, stand.Public(), stand)
+	if err != nil {
+		return fmt.Errorf("ca: chain check leaf: %w", err)
+	}
+	leaf, err := x509.ParseCertificate(der)
+	if err != nil {
+		return fmt.Errorf("ca: chain check leaf: %w", err)
+	}
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: now}
+	for _, r := range m.Roots {
+		if r.Equal(m.Cert) {
+			r = &signing
+		}
+		opts.Roots.AddCert(r)
+	}
+	for _, c := range s.above {
+		if c.Equal(m.Cert) {
+			c = &signing
+		}
+		opts.Intermediates.AddCert(c)
+	}
+	// One usage at a time: crypto/x509 accepts a chain that allows any one
+	// of KeyUsages.
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
+		opts.KeyUsages = []x509.ExtKeyUsage{usage}
+		if _, err := leaf.Verify(opts); err != nil {
+			return invalidMaterial("a leaf signed by %s would not verify to the root bundle (a constraint of a CA above it?): %v", describe(m.Cert), err)
+		}
+	}
+	return nil
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
 }
 
 // Roots returns the trust bundle of the active material.

@@ -4,10 +4,13 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
@@ -149,5 +152,50 @@ func TestNewRefusesForeignTrustDomainCA(t *testing.T) {
 	})
 	if _, err := ca.New(ca.Config{TrustDomain: td}, root.Material()); !errors.Is(err, ca.ErrInvalidMaterial) {
 		t.Fatalf("New = %v, want ErrInvalidMaterial", err)
+	}
+}
+
+// TestNewRefusesChainsThatForbidItsLeaves loads material whose signing
+// certificate chains to the root, but whose CAs above it forbid the leaves
+// it would issue: refused at load, with the reason, rather than issuing
+// SVIDs no peer accepts. The key is never used for the check.
+func TestNewRefusesChainsThatForbidItsLeaves(t *testing.T) {
+	td := spiffeid.RequireTrustDomainFromString("cluster.local")
+	pathLenZero := func(c *x509.Certificate) { c.MaxPathLen, c.MaxPathLenZero = 0, true }
+	tests := []struct {
+		name    string
+		above   testca.Option // of the CA that issued the signing certificate
+		wantMsg string        // "": accepted
+	}{
+		{name: "no constraints", above: func(*x509.Certificate) {}},
+		{name: "path length 0 above the signing CA", above: pathLenZero, wantMsg: "path length"},
+		{name: "name constraints for another trust domain", above: func(c *x509.Certificate) {
+			c.PermittedURIDomains = []string{"example.org"}
+		}, wantMsg: "constraint"},
+		{name: "name constraints for ours", above: func(c *x509.Certificate) {
+			c.PermittedURIDomains = []string{"cluster.local"}
+		}},
+		{name: "server authentication only", above: func(c *x509.Certificate) {
+			c.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
+		}, wantMsg: "key usage"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := testca.NewRoot(t, testca.P256)
+			enterprise := testca.NewIntermediate(t, root, testca.P256, tt.above)
+			signing := testca.NewIntermediate(t, enterprise, testca.P256)
+			m := signing.Material()
+			m.Signer = brokenSigner{m.Signer} // the check never signs with the CA key
+			if err := m.Validate(time.Now()); err != nil {
+				t.Fatalf("Validate: %v (the signing certificate itself chains)", err)
+			}
+			_, err := ca.New(ca.Config{TrustDomain: td}, m)
+			switch {
+			case tt.wantMsg == "" && err != nil:
+				t.Fatalf("New: %v", err)
+			case tt.wantMsg != "" && (!errors.Is(err, ca.ErrInvalidMaterial) || !strings.Contains(err.Error(), tt.wantMsg)):
+				t.Fatalf("New: %v, want ErrInvalidMaterial mentioning %q", err, tt.wantMsg)
+			}
+		})
 	}
 }
