@@ -30,16 +30,26 @@ type DirWatcherConfig struct {
 	// files edited in place and for Kubernetes volumes, which swap a
 	// symlink.
 	Interval time.Duration
-	Clock    clock.WithTicker
-	Logger   *slog.Logger
+	// RetryRefused is how long refused content waits before it is tried
+	// again unchanged (default 1m): material refused for the time (a
+	// certificate not valid yet, roots removed while intermediates they
+	// issued still live) can become acceptable without a file changing.
+	RetryRefused time.Duration
+	Clock        clock.WithTicker
+	Logger       *slog.Logger
 }
 
 // DirWatcher reloads CA material when the files of its directory change. A
-// change that does not load or validate is refused and logged once; the
-// material in use keeps serving until a good change arrives.
+// change that does not load or validate is refused and logged once (again
+// only if a retry fails otherwise); the material in use keeps serving
+// until a good change arrives or a retry of the refused one succeeds.
 type DirWatcher struct {
 	cfg  DirWatcherConfig
 	seen [sha256.Size]byte // fingerprint of the content last tried
+	// refused is why the content last tried was refused ("": it was
+	// not), and retryAt when it is tried again if it is still there.
+	refused string
+	retryAt time.Time
 }
 
 // NewDirWatcher returns a watcher whose baseline is the directory's current
@@ -51,6 +61,9 @@ func NewDirWatcher(cfg DirWatcherConfig) (*DirWatcher, error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 5 * time.Second
 	}
+	if cfg.RetryRefused <= 0 {
+		cfg.RetryRefused = time.Minute
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -58,7 +71,7 @@ func NewDirWatcher(cfg DirWatcherConfig) (*DirWatcher, error) {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	w := &DirWatcher{cfg: cfg}
-	fp, err := fingerprint(cfg.Dir)
+	fp, err := fingerprint(cfg.Dir, w.layouts())
 	if err != nil {
 		return nil, err
 	}
@@ -80,16 +93,26 @@ func (w *DirWatcher) Run(ctx context.Context) error {
 	}
 }
 
+// layouts are the file layouts the watched directory may hold.
+func (w *DirWatcher) layouts() []layout {
+	if w.cfg.Root {
+		return rootLayouts()
+	}
+	return layouts()
+}
+
 // Poll checks the directory once and reports whether new material was
 // installed.
 func (w *DirWatcher) Poll() bool {
 	log := w.cfg.Logger.With("dir", w.cfg.Dir)
-	fp, err := fingerprint(w.cfg.Dir)
+	fp, err := fingerprint(w.cfg.Dir, w.layouts())
 	if err != nil {
 		log.Warn("reading CA material", "error", err.Error())
 		return false
 	}
-	if fp == w.seen {
+	now := w.cfg.Clock.Now()
+	changed := fp != w.seen
+	if !changed && (w.refused == "" || now.Before(w.retryAt)) {
 		return false
 	}
 	w.seen = fp
@@ -97,27 +120,31 @@ func (w *DirWatcher) Poll() bool {
 	if w.cfg.Root {
 		load = loadRootDir
 	}
-	m, err := load(w.cfg.Dir, w.cfg.Key, w.cfg.Clock.Now())
+	m, err := load(w.cfg.Dir, w.cfg.Key, now)
 	if err == nil {
 		err = w.cfg.Apply(m)
 	}
 	if err != nil {
-		log.Error("refused changed CA material; the previous CA keeps serving", "error", err.Error())
+		if changed || err.Error() != w.refused {
+			log.Error("refused changed CA material; the previous CA keeps serving", "error", err.Error(), "retry_in", w.cfg.RetryRefused)
+		}
+		w.refused, w.retryAt = err.Error(), now.Add(w.cfg.RetryRefused)
 		return false
 	}
+	w.refused = ""
 	log.Info("reloaded CA material", "subject", m.Cert.Subject.String(), "not_after", m.Cert.NotAfter, "roots", len(m.Roots))
 	return true
 }
 
-// fingerprint hashes the names and contents of every file of both layouts.
-func fingerprint(dir string) ([sha256.Size]byte, error) {
+// fingerprint hashes the names and contents of every file of ls.
+func fingerprint(dir string, ls []layout) ([sha256.Size]byte, error) {
 	r, err := os.OpenRoot(dir)
 	if err != nil {
 		return [sha256.Size]byte{}, err
 	}
 	defer r.Close()
 	h := sha256.New()
-	for _, l := range layouts() {
+	for _, l := range ls {
 		for _, name := range []string{l.cert, l.key, l.roots, l.chain} {
 			if name == "" {
 				continue

@@ -6,6 +6,9 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
+
+	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
@@ -81,8 +84,9 @@ func istioFiles(t *testing.T, signing, root *testca.CA) map[string][]byte {
 }
 
 // With Root, the watcher loads a plug-in root directory: a new signing
-// root with the old one kept in the bundle is applied; a root with the
-// wrong key is refused.
+// root with the old one kept in the bundle is applied, also when its
+// certificate and key are written in place one after the other; a root
+// with the wrong key is refused.
 func TestDirWatcherRootDir(t *testing.T) {
 	old := testca.NewRoot(t, testca.P256)
 	next := testca.NewRoot(t, testca.P256)
@@ -110,12 +114,66 @@ func TestDirWatcherRootDir(t *testing.T) {
 			}
 		}
 	}
-	write(rootFiles(next, old))
+	files := rootFiles(next, old)
+	write(map[string][]byte{keystore.IstioRootFile: files[keystore.IstioRootFile]})
+	if w.Poll() || len(applied) != 0 {
+		t.Fatal("the new signing root was applied with the old root's key")
+	}
+	write(map[string][]byte{keystore.IstioRootKeyFile: files[keystore.IstioRootKeyFile]})
 	if !w.Poll() || len(applied) != 1 || !applied[0].Cert.Equal(next.Cert) || len(applied[0].Roots) != 2 {
-		t.Fatalf("new signing root with the old in the bundle not applied: %d applied", len(applied))
+		t.Fatalf("new signing root with the old in the bundle not applied once its key arrived: %d applied", len(applied))
 	}
 	write(map[string][]byte{keystore.IstioRootKeyFile: pemKey(t, old.Key, "pkcs8")})
 	if w.Poll() || len(applied) != 1 {
 		t.Fatal("a signing root with another root's key was applied")
+	}
+}
+
+// Content refused once is tried again, unchanged, after RetryRefused (and
+// not before): the authority may accept later what it refused for the
+// time being.
+func TestDirWatcherRetriesRefused(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	first := testca.NewIntermediate(t, root, testca.P256)
+	second := testca.NewIntermediate(t, root, testca.P256)
+	dir := writeDir(t, istioFiles(t, first, root))
+	clk := clocktesting.NewFakeClock(time.Now())
+	var applied, refusals int
+	refuse := true
+	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: dir, Clock: clk, RetryRefused: time.Minute, Apply: func(*ca.Material) error {
+		if refuse {
+			refusals++
+			return errors.New("not yet")
+		}
+		applied++
+		return nil
+	}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, content := range istioFiles(t, second, root) {
+		if err := os.WriteFile(filepath.Join(dir, name), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.Poll() || refusals != 1 {
+		t.Fatalf("changed content: %d refusals, want 1", refusals)
+	}
+	clk.Step(30 * time.Second)
+	if w.Poll() || refusals != 1 {
+		t.Fatalf("before RetryRefused: tried again (%d refusals)", refusals)
+	}
+	clk.Step(30 * time.Second)
+	if w.Poll() || refusals != 2 {
+		t.Fatalf("after RetryRefused: %d refusals, want a second try", refusals)
+	}
+	refuse = false
+	clk.Step(time.Minute)
+	if !w.Poll() || applied != 1 {
+		t.Fatalf("unchanged content accepted on retry: applied %d times, want once", applied)
+	}
+	clk.Step(time.Minute)
+	if w.Poll() || applied != 1 {
+		t.Fatal("applied content tried again")
 	}
 }
