@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
+	"fmt"
 	"log/slog"
 	"net"
 	"strings"
@@ -217,6 +218,20 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 			}
 		})
 	}
+	// Authentication comes first: a caller without a valid token learns
+	// nothing of its CSR and spends no CPU slot on it.
+	for name, token := range map[string]string{"unknown token": "garbage", "no token": ""} {
+		t.Run("garbage CSR, "+name, func(t *testing.T) {
+			ctx := ctxT(t)
+			if token != "" {
+				ctx = withToken(ctx, token)
+			}
+			_, err := svc.CreateCertificate(ctx, &capb.IstioCertificateRequest{Csr: "not a csr"})
+			if status.Code(err) != codes.Unauthenticated {
+				t.Fatalf("CreateCertificate() = %v, want Unauthenticated", err)
+			}
+		})
+	}
 	t.Run("oversized request", func(t *testing.T) {
 		_, err := svc.CreateCertificate(withToken(ctxT(t), "web-token"), &capb.IstioCertificateRequest{Csr: string(make([]byte, server.MaxRequestSize))})
 		if status.Code(err) != codes.ResourceExhausted {
@@ -378,4 +393,48 @@ func (r *recorder) results() string {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return strings.Join(r.got, ",")
+}
+
+// waitingAuthenticator answers when the caller's context ends, as the token
+// reviewer does when the API server is slow: with ErrUnavailable wrapping
+// the context's error.
+type waitingAuthenticator struct{}
+
+func (waitingAuthenticator) Authenticate(ctx context.Context, _ string) (authz.Caller, error) {
+	<-ctx.Done()
+	return authz.Caller{}, fmt.Errorf("%w: token review: %w", authz.ErrUnavailable, ctx.Err())
+}
+
+// A caller whose deadline passes, or who cancels, while its token is being
+// reviewed gets DeadlineExceeded or Canceled, not Unavailable: the CA did
+// not fail it.
+func TestCallerGoneDuringReview(t *testing.T) {
+	authority, err := ca.New(ca.Config{TrustDomain: td}, testca.NewRoot(t, testca.P256).Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc, err := server.NewService(server.Config{Authenticator: waitingAuthenticator{}, Authorizer: testPolicy(t), Signer: authority,
+		Ready: func() error { return nil }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	csr, _ := testca.ZtunnelCSR(t, spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web"))
+	req := &capb.IstioCertificateRequest{Csr: string(csr)}
+	incoming := func(ctx context.Context) context.Context {
+		return metadata.NewIncomingContext(ctx, metadata.Pairs("authorization", "Bearer a.b.c"))
+	}
+	t.Run("deadline", func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(incoming(context.Background()), 50*time.Millisecond)
+		defer cancel()
+		if _, err := svc.CreateCertificate(ctx, req); status.Code(err) != codes.DeadlineExceeded {
+			t.Fatalf("CreateCertificate() = %v, want DeadlineExceeded", err)
+		}
+	})
+	t.Run("cancel", func(t *testing.T) {
+		ctx, cancel := context.WithCancel(incoming(context.Background()))
+		time.AfterFunc(50*time.Millisecond, cancel)
+		if _, err := svc.CreateCertificate(ctx, req); status.Code(err) != codes.Canceled {
+			t.Fatalf("CreateCertificate() = %v, want Canceled", err)
+		}
+	})
 }

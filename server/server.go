@@ -124,6 +124,12 @@ func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertific
 	var d decision
 	err := s.createCertificate(ctx, req, &d)
 	o := classify(err)
+	if cerr := ctx.Err(); err != nil && cerr != nil {
+		// The caller went away or its deadline passed: that, not the
+		// step it cut short (a token review that reports the API
+		// unavailable, say), is the outcome. The record keeps err.
+		o = classify(cerr)
+	}
 	s.record(ctx, d, o, err, s.clock.Since(start))
 	if err != nil {
 		return nil, status.Error(o.code, o.message)
@@ -142,13 +148,17 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if err != nil {
 		return err
 	}
+	if id, err := impersonatedIdentity(req); err == nil {
+		d.requested = id // for the audit record of a caller refused now
+	}
+	// Authentication first, as istiod does: an unauthenticated caller gets
+	// no CPU slot for parsing and checking its CSR.
+	if d.caller, err = s.authn.Authenticate(ctx, token); err != nil {
+		return err
+	}
 	var p parsedRequest
 	err = s.cpu.do(ctx, func() (err error) { p, err = parseRequest(req); return err })
 	if err != nil {
-		return err
-	}
-	d.requested = p.requested
-	if d.caller, err = s.authn.Authenticate(ctx, token); err != nil {
 		return err
 	}
 	if d.granted, err = s.authz.Authorize(ctx, d.caller, p.requested); err != nil {
