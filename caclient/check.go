@@ -47,9 +47,14 @@ func (r *Result) Verify() error {
 	for _, c := range r.Chain {
 		inter.AddCert(c)
 	}
-	_, err := r.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter,
-		KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth}})
-	return err
+	// One usage at a time: crypto/x509 accepts a chain that allows any one
+	// of KeyUsages.
+	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {
+		if _, err := r.Leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{usage}}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func firstCert(s string) (*x509.Certificate, error) {
