@@ -33,8 +33,12 @@ type ServingCertConfig struct {
 	DNSNames []string
 	// TTL is the requested lifetime (default 24h). The certificate is renewed
 	// once two thirds of its actual lifetime have passed.
-	TTL   time.Duration
-	Clock clock.PassiveClock
+	TTL time.Duration
+	// RenewRetry is how long a failed renewal waits before the next try
+	// (default 5s); handshakes meanwhile get the current certificate, or
+	// the renewal's error once it has expired.
+	RenewRetry time.Duration
+	Clock      clock.PassiveClock
 }
 
 // ServingCert keeps a TLS serving certificate issued by our CA and renews it
@@ -47,6 +51,10 @@ type ServingCert struct {
 	cert     *tls.Certificate
 	renewAt  time.Time
 	issuedBy *x509.Certificate
+	// retryAt is when a failed renewal may be tried again, and renewErr
+	// why it failed.
+	retryAt  time.Time
+	renewErr error
 }
 
 // NewServingCert issues the first certificate, so a misconfigured CA fails
@@ -58,6 +66,9 @@ func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, e
 	if cfg.TTL <= 0 {
 		cfg.TTL = 24 * time.Hour
 	}
+	if cfg.RenewRetry <= 0 {
+		cfg.RenewRetry = 5 * time.Second
+	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
@@ -68,20 +79,27 @@ func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, e
 	return s, nil
 }
 
-// GetCertificate is tls.Config.GetCertificate.
+// GetCertificate is tls.Config.GetCertificate. A renewal that fails is
+// retried after RenewRetry, not on every handshake: the issuer may be a
+// slow KMS, and the renewal holds the lock every handshake takes.
 func (s *ServingCert) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if !s.cfg.Clock.Now().Before(s.renewAt) || s.cfg.Issuer.SigningCert() != s.issuedBy {
+	now := s.cfg.Clock.Now()
+	due := !now.Before(s.renewAt) || s.cfg.Issuer.SigningCert() != s.issuedBy
+	if due && !now.Before(s.retryAt) {
 		ctx := context.Background()
 		if hello != nil {
 			ctx = hello.Context()
 		}
-		if err := s.renew(ctx); err != nil && !s.cfg.Clock.Now().Before(s.cert.Leaf.NotAfter) {
-			// Keep serving the old certificate while it is valid; a failed
-			// renewal is retried on the next handshake.
-			return nil, err
+		s.renewErr = s.renew(ctx)
+		if s.renewErr != nil {
+			s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
 		}
+	}
+	if due && s.renewErr != nil && !now.Before(s.cert.Leaf.NotAfter) {
+		// Keep serving the old certificate while it is valid.
+		return nil, s.renewErr
 	}
 	return s.cert, nil
 }

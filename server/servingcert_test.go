@@ -17,13 +17,15 @@ import (
 	"github.com/workload-ca/workload-ca/server"
 )
 
-// flakyIssuer fails while broken is set.
+// flakyIssuer fails while broken is set, and counts its calls.
 type flakyIssuer struct {
 	*ca.Authority
 	broken bool
+	calls  int
 }
 
 func (f *flakyIssuer) IssueServing(ctx context.Context, pub crypto.PublicKey, dns []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
+	f.calls++
 	if f.broken {
 		return nil, nil, errors.New("issuer down")
 	}
@@ -40,7 +42,7 @@ func TestServingCertRenewal(t *testing.T) {
 	}
 	issuer := &flakyIssuer{Authority: authority}
 	sc, err := server.NewServingCert(context.Background(), server.ServingCertConfig{
-		Issuer: issuer, DNSNames: []string{servingName}, TTL: 3 * time.Hour, Clock: clk})
+		Issuer: issuer, DNSNames: []string{servingName}, TTL: 3 * time.Hour, RenewRetry: 5 * time.Second, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,11 +61,18 @@ func TestServingCertRenewal(t *testing.T) {
 
 	clk.Step(90 * time.Minute) // past 2/3 of 3h (+2m backdate)
 	issuer.broken = true
-	if got := mustGet(t, sc); got != first {
-		t.Fatal("a failed renewal must keep serving the still-valid certificate")
+	calls := issuer.calls
+	for range 3 {
+		if got := mustGet(t, sc); got != first {
+			t.Fatal("a failed renewal must keep serving the still-valid certificate")
+		}
+	}
+	if issuer.calls != calls+1 {
+		t.Fatalf("%d renewals tried by three handshakes within RenewRetry, want 1", issuer.calls-calls)
 	}
 
 	issuer.broken = false
+	clk.Step(5 * time.Second)
 	renewed := mustGet(t, sc)
 	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Fatal("not renewed after two thirds of its lifetime")
@@ -83,8 +92,15 @@ func TestServingCertRenewal(t *testing.T) {
 
 	clk.Step(4 * time.Hour) // the renewed certificate has expired too
 	issuer.broken = true
-	if _, err := sc.GetCertificate(nil); err == nil {
-		t.Fatal("an expired certificate must not be served when renewal fails")
+	for range 2 {
+		if _, err := sc.GetCertificate(nil); err == nil {
+			t.Fatal("an expired certificate must not be served when renewal fails")
+		}
+	}
+	issuer.broken = false
+	clk.Step(5 * time.Second)
+	if got := mustGet(t, sc); !got.Leaf.NotAfter.After(clk.Now()) {
+		t.Fatal("not renewed once the issuer is back")
 	}
 }
 
