@@ -13,6 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/leaderelection"
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
@@ -221,8 +222,10 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.KubeQPS <= 0 || c.KubeBurst <= 0 {
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
-	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 || c.Lease.renew <= c.Lease.retry || c.Lease.lease <= c.Lease.renew {
-		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > retry period > 0"))
+	// client-go's own checks, with its jitter of the retry period (1.2).
+	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 ||
+		float64(c.Lease.renew) <= leaderelection.JitterFactor*float64(c.Lease.retry) || c.Lease.lease <= c.Lease.renew {
+		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > 1.2 × retry period > 0"))
 	}
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))

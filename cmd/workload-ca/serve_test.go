@@ -115,6 +115,12 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "pod certificates need a max ttl of an hour", args: []string{"--ca-dir", "/ca", "--pod-certificates", "--max-ttl", "30m", "--default-ttl", "10m"}, wantErr: "--pod-certificates: --max-ttl"},
 		{name: "at least one pod certificate worker", args: []string{"--ca-dir", "/ca", "--pod-certificate-workers", "0"}, wantErr: "--pod-certificate-workers"},
 		{name: "a word after a boolean flag is refused, not the rest dropped", args: []string{"--ca-dir", "/ca", "--pprof", "false", "--max-ttl", "1h"}, wantErr: "unexpected arguments"},
+		{name: "renew deadline within client-go's jitter of the retry period", args: []string{"--ca-dir", "/ca", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "9s"}, wantErr: "leader election"},
+		{name: "renew deadline past the jittered retry period", args: []string{"--ca-dir", "/ca", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "8s"}, check: func(t *testing.T, c serveConfig) {
+			if c.Lease.renew != 10*time.Second || c.Lease.retry != 8*time.Second {
+				t.Errorf("lease %+v", c.Lease)
+			}
+		}},
 		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
 		{name: "all problems reported at once", args: []string{"--tls-min-version", "1.0", "--log-level", "loud"}, wantErr: "--log-level"},
 	}
