@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"sync"
 	"time"
 
 	"golang.org/x/sync/errgroup"
@@ -54,19 +55,70 @@ func (l *leader) Run(ctx context.Context) error {
 		LockConfig: resourcelock.ResourceLockConfig{Identity: l.identity},
 	}
 	for ctx.Err() == nil {
-		elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-			Lock: lock, Name: l.name, ReleaseOnCancel: true,
-			LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
-			Callbacks: leaderelection.LeaderCallbacks{
-				OnStartedLeading: l.lead,
-				OnStoppedLeading: func() { l.setLeading(false); l.log.Info("stopped leading") },
-			},
-		})
-		if err != nil {
-			return fmt.Errorf("leader election: %w", err)
+		if err := l.campaign(ctx, lock); err != nil {
+			return err
 		}
-		elector.Run(ctx)
 	}
+	return nil
+}
+
+// campaign runs one leader election until this replica has stopped leading
+// and its tasks have returned, or ctx has ended.
+//
+// client-go runs OnStartedLeading in a goroutine it does not wait for, and
+// with ReleaseOnCancel it releases the lease as soon as the elector's
+// context ends: another replica could then lead while this one's tasks
+// still write. So the elector gets a context of its own, ended only once
+// the tasks have returned (it keeps renewing meanwhile), and after a lost
+// lease the next campaign waits for them too.
+func (l *leader) campaign(ctx context.Context, lock resourcelock.Interface) error {
+	electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopElect()
+	var (
+		mu        sync.Mutex
+		stopping  bool
+		tasksDone chan struct{} // set when leading begins, closed when the tasks have returned
+	)
+	waitTasks := func() {
+		mu.Lock()
+		stopping = true
+		done := tasksDone
+		mu.Unlock()
+		if done != nil {
+			<-done
+		}
+	}
+	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock: lock, Name: l.name, ReleaseOnCancel: true,
+		LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(leading context.Context) {
+				mu.Lock()
+				if stopping {
+					mu.Unlock()
+					return
+				}
+				done := make(chan struct{})
+				tasksDone = done
+				mu.Unlock()
+				defer close(done)
+				// The tasks end when leadership ends or, first, on shutdown.
+				tasks, cancel := context.WithCancel(leading)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
+				l.lead(tasks)
+			},
+			OnStoppedLeading: func() { l.setLeading(false); l.log.Info("stopped leading") },
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("leader election: %w", err)
+	}
+	// On shutdown: stop the tasks, wait for them, then let the elector
+	// release the lease.
+	defer context.AfterFunc(ctx, func() { waitTasks(); stopElect() })()
+	elector.Run(electCtx)
+	waitTasks()
 	return nil
 }
 

@@ -1,0 +1,120 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/workload-ca/workload-ca/internal/testwait"
+)
+
+// slowTask records how many of its runs overlap and, when its context
+// ends, takes a while to stop, reading who holds the Lease meanwhile.
+type slowTask struct {
+	mu          sync.Mutex
+	running     int
+	overlapped  bool
+	starts      int
+	holderAtEnd []string // the Lease's holder while each run was stopping
+	holder      func() string
+	stopping    chan struct{} // receives when a run starts stopping
+}
+
+func (s *slowTask) run(ctx context.Context) error {
+	s.mu.Lock()
+	s.running++
+	s.starts++
+	s.overlapped = s.overlapped || s.running > 1
+	s.mu.Unlock()
+	<-ctx.Done()
+	select {
+	case s.stopping <- struct{}{}:
+	default:
+	}
+	time.Sleep(time.Second) // finishing a write
+	h := s.holder()
+	s.mu.Lock()
+	s.running--
+	s.holderAtEnd = append(s.holderAtEnd, h)
+	s.mu.Unlock()
+	return nil
+}
+
+func (s *slowTask) count() (starts int, ends []string, overlapped bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.starts, append([]string(nil), s.holderAtEnd...), s.overlapped
+}
+
+// The lease is held until the leader's tasks have returned, on shutdown
+// (then released) and after a lost lease (no second run of a task starts
+// while the first still stops).
+func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
+	client := fake.NewClientset()
+	var failing atomic.Bool // the API server refuses Lease updates
+	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
+		if failing.Load() {
+			return true, nil, errors.New("the API server is unavailable")
+		}
+		return false, nil, nil
+	})
+	leases := client.CoordinationV1().Leases("ns")
+	holder := func() string {
+		l, err := leases.Get(context.Background(), "wca", metav1.GetOptions{})
+		if err != nil || l.Spec.HolderIdentity == nil {
+			return ""
+		}
+		return *l.Spec.HolderIdentity
+	}
+	task := &slowTask{holder: holder, stopping: make(chan struct{}, 1)}
+	l := newLeader(client, "ns", "wca", leaseDurations{lease: time.Second, renew: 500 * time.Millisecond, retry: 100 * time.Millisecond},
+		slog.New(slog.DiscardHandler), leaderTask{name: "slow", run: task.run})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	testwait.Eventually(t, "leading", func() bool { s, _, _ := task.count(); return s == 1 })
+
+	t.Run("a lost lease: the next run waits for the last", func(t *testing.T) {
+		// Renewals fail until the leader gives up and its task starts
+		// stopping; then the API server is back, and the lease still
+		// names this replica: a new campaign could lead at once.
+		failing.Store(true)
+		select {
+		case <-task.stopping:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the task was not stopped after the lease was lost")
+		}
+		failing.Store(false)
+		testwait.Eventually(t, "leading again", func() bool { s, _, _ := task.count(); return s == 2 })
+		if _, _, overlapped := task.count(); overlapped {
+			t.Error("the task ran twice at once")
+		}
+	})
+	t.Run("shutdown: the lease is released after the tasks stop", func(t *testing.T) {
+		cancel()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatal("Run did not return")
+		}
+		_, ends, _ := task.count()
+		if len(ends) != 2 || ends[1] != l.identity {
+			t.Errorf("holders while the runs stopped: %q; want this replica while the last stopped", ends)
+		}
+		if h := holder(); h != "" {
+			t.Errorf("after Run: held by %q, want released", h)
+		}
+	})
+}
