@@ -62,6 +62,25 @@ type GRPCServer struct {
 	svc    *Service
 	// GracePeriod bounds how long in-flight requests may take at shutdown.
 	GracePeriod time.Duration
+	// ShutdownDelay is how long the server keeps serving, new connections
+	// included, after shutdown begins and before it drains: the time the
+	// cluster takes to stop sending it new connections (kube-proxy and
+	// ztunnel learning that the pod is terminating). Meanwhile the health
+	// service reports NOT_SERVING.
+	ShutdownDelay time.Duration
+}
+
+// ConnectionAge returns the server option that closes each connection after
+// about age (grpc-go adds up to 10% of jitter), with a GOAWAY that lets its
+// in-flight requests finish within grace. ztunnel keeps one connection to
+// the CA for as long as it runs: without an age, a replica added to share
+// the load, or one back from a restart, gets no ztunnel that connected
+// before it. Zero age keeps connections open.
+func ConnectionAge(age, grace time.Duration) grpc.ServerOption {
+	if age <= 0 {
+		return grpc.EmptyServerOption{}
+	}
+	return grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: grace})
 }
 
 // NewGRPCServer builds the gRPC server over TLS.
@@ -85,8 +104,9 @@ func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) 
 // initialisation).
 func (g *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo { return g.grpc.GetServiceInfo() }
 
-// Serve serves on lis until ctx ends, then stops gracefully: in-flight
-// requests finish (up to GracePeriod) and new ones are refused.
+// Serve serves on lis until ctx ends, then for ShutdownDelay more, then
+// stops gracefully: in-flight requests finish (up to GracePeriod) and new
+// ones are refused.
 func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	done := make(chan struct{})
 	go g.watchHealth(ctx, done)
@@ -100,6 +120,13 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	}
 	close(done)
 	g.health.Shutdown()
+	if g.ShutdownDelay > 0 {
+		select {
+		case err := <-errc:
+			return err
+		case <-time.After(g.ShutdownDelay):
+		}
+	}
 	stopped := make(chan struct{})
 	go func() { g.grpc.GracefulStop(); close(stopped) }()
 	select {

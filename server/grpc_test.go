@@ -10,6 +10,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -45,12 +46,28 @@ type env struct {
 	obs       *recorder
 	lis       *bufconn.Listener
 	roots     *x509.CertPool
+	accepted  atomic.Int32       // connections the server accepted
+	stop      context.CancelFunc // begins the server's shutdown
+	served    chan struct{}      // closed when Serve has returned
+	serveErr  error
 }
 
 const servingName = "workload-ca.istio-system.svc"
 
-func newEnv(t testing.TB, m *ca.Material) *env {
+// envConfig adjusts the server of an env.
+type envConfig struct {
+	opts          []grpc.ServerOption
+	shutdownDelay time.Duration
+}
+
+type envOption func(*envConfig)
+
+func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	t.Helper()
+	var cfg envConfig
+	for _, o := range options {
+		o(&cfg)
+	}
 	authority, err := ca.New(ca.Config{TrustDomain: td}, m)
 	if err != nil {
 		t.Fatal(err)
@@ -58,7 +75,7 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 	policy := testPolicy(t)
 	e := &env{authority: authority, lis: bufconn.Listen(1 << 20), roots: x509.NewCertPool(),
 		audit: &testlog.Buffer{}, obs: &recorder{},
-		authn: testAuthenticator()}
+		authn: testAuthenticator(), served: make(chan struct{})}
 	for _, r := range authority.Roots() {
 		e.roots.AddCert(r)
 	}
@@ -72,17 +89,33 @@ func newEnv(t testing.TB, m *ca.Material) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0))
+	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0), cfg.opts...)
+	g.ShutdownDelay = cfg.shutdownDelay
 	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- g.Serve(ctx, e.lis) }()
+	e.stop = cancel
+	go func() { e.serveErr = g.Serve(ctx, countingListener{e.lis, &e.accepted}); close(e.served) }()
 	t.Cleanup(func() {
 		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve() = %v", err)
+		<-e.served
+		if e.serveErr != nil {
+			t.Errorf("Serve() = %v", e.serveErr)
 		}
 	})
 	return e
+}
+
+// countingListener counts the connections it accepts.
+type countingListener struct {
+	net.Listener
+	n *atomic.Int32
+}
+
+func (l countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
 }
 
 // testAuthenticator knows the tokens of ztunnel-a and web-1 (see
@@ -437,4 +470,51 @@ func TestCallerGoneDuringReview(t *testing.T) {
 			t.Fatalf("CreateCertificate() = %v, want Canceled", err)
 		}
 	})
+}
+
+// With a connection age, a client that keeps one connection, as ztunnel
+// does, is moved to a new connection now and then (and could land on
+// another replica), and none of its requests fails for it.
+func TestConnectionAge(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
+		c.opts = append(c.opts, server.ConnectionAge(200*time.Millisecond, time.Second))
+	})
+	c := e.client(t)
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	for deadline := time.Now().Add(10 * time.Second); e.accepted.Load() < 3; {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d connections accepted in 10 s of requests, want a new one every ~200ms", e.accepted.Load())
+		}
+		if _, err := c.CreateCertificate(ctxT(t), caclient.Request{Token: "web-token", Identity: web}); err != nil {
+			t.Fatalf("a request failed while connections aged out: %v", err)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// After shutdown begins, the server keeps serving, new connections
+// included, for ShutdownDelay, with its health NOT_SERVING; then it stops.
+func TestShutdownDelay(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) { c.shutdownDelay = time.Second })
+	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	began := time.Now()
+	e.stop()
+	// A client that connects only now, as one routed here before the
+	// cluster learnt the pod is terminating.
+	if _, err := e.client(t).CreateCertificate(ctxT(t), caclient.Request{Token: "web-token", Identity: web}); err != nil {
+		t.Fatalf("a request on a new connection during the shutdown delay: %v", err)
+	}
+	h := healthpb.NewHealthClient(e.conn(t))
+	resp, err := h.Check(ctxT(t), &healthpb.HealthCheckRequest{Service: capb.IstioCertificateService_ServiceDesc.ServiceName})
+	if err != nil || resp.GetStatus() != healthpb.HealthCheckResponse_NOT_SERVING {
+		t.Errorf("health during the shutdown delay = %v, %v; want NOT_SERVING", resp, err)
+	}
+	select {
+	case <-e.served:
+		if time.Since(began) < time.Second {
+			t.Errorf("stopped %v after shutdown began, before the delay", time.Since(began))
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Serve did not return after the delay")
+	}
 }

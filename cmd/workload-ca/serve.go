@@ -49,6 +49,8 @@ type serveConfig struct {
 	ClusterID       string
 	NodeAgents      []authz.NodeAgent
 	GracePeriod     time.Duration
+	ShutdownDelay   time.Duration
+	MaxConnAge      time.Duration
 	LogLevel        slog.Level
 
 	MaxConcurrentSigns int
@@ -105,6 +107,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
+	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", time.Second, "how long a request waits for a signing slot before it fails with Unavailable")
@@ -226,6 +230,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 ||
 		float64(c.Lease.renew) <= leaderelection.JitterFactor*float64(c.Lease.retry) || c.Lease.lease <= c.Lease.renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > 1.2 × retry period > 0"))
+	}
+	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 {
+		errs = append(errs, errors.New("--grace-period must be positive, --shutdown-delay and --max-connection-age not negative"))
 	}
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))

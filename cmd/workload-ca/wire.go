@@ -431,9 +431,10 @@ func (a *app) buildServer(ctx context.Context) error {
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
 	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor()))
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor()),
+		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod))
 	grpcMetrics.InitializeMetrics(a.grpc)
-	a.grpc.GracePeriod = a.cfg.GracePeriod
+	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil
 }
 
@@ -466,21 +467,32 @@ func (a *app) buildAdmin(context.Context) error {
 }
 
 // run serves until ctx ends: every replica indexes pods, follows its CA
-// material and serves; the leader also runs the writers.
+// material and serves; the leader also runs the writers. When ctx ends the
+// leader hands over at once, while what requests need (the pod index, the
+// CA material, the admin endpoint) runs until the gRPC server has drained:
+// it keeps serving for --shutdown-delay first.
 func (a *app) run(ctx context.Context) error {
 	a.log.Info("serving", "addr", a.lis.Addr().String(), "admin_addr", a.adminLis.Addr().String(), "trust_domain", a.cfg.TrustDomain.String(), "version", version)
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return a.pods.Run(ctx) })
-	g.Go(func() error { return a.grpc.Serve(ctx, a.lis) })
+	base, stopServing := context.WithCancel(context.WithoutCancel(ctx))
+	defer stopServing()
+	g, serving := errgroup.WithContext(base) // ends when the gRPC server has stopped, or on a failure
+	shutdown, stopShutdown := context.WithCancel(serving)
+	defer stopShutdown()
+	defer context.AfterFunc(ctx, stopShutdown)()
+	g.Go(func() error { return a.pods.Run(serving) })
+	g.Go(func() error {
+		defer stopServing()
+		return a.grpc.Serve(shutdown, a.lis)
+	})
 	adminSrv := admin.New(admin.Config{Gatherer: a.reg, Readiness: a.readiness, Pprof: a.cfg.Pprof, Logger: a.log.With("component", "admin")})
-	g.Go(func() error { return adminSrv.Serve(ctx, a.adminLis) })
+	g.Go(func() error { return adminSrv.Serve(serving, a.adminLis) })
 	for _, t := range a.replicaTasks {
-		g.Go(func() error { return t(ctx) })
+		g.Go(func() error { return t(serving) })
 	}
 	if len(a.leaderTasks) > 0 {
 		l := newLeader(a.kube.leader, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
 		l.onChange = a.metrics.SetLeader
-		g.Go(func() error { return l.Run(ctx) })
+		g.Go(func() error { return l.Run(shutdown) })
 	}
 	err := g.Wait()
 	a.log.Info("stopped", "error", fmt.Sprint(err))

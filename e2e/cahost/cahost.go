@@ -229,6 +229,9 @@ func (c *CA) start(ctx context.Context) error {
 		"--kubeconfig", c.opts.Kubeconfig,
 		"--serving-dns-names", ServerName,
 		"--log-level", "debug",
+		// Nothing routes to a local CA: no reason to keep serving after
+		// SIGTERM before draining.
+		"--shutdown-delay", "0s",
 	}
 	if _, ok := flagValue(c.opts.ExtraArgs, "ca-secret"); !ok {
 		args = append(args, "--ca-dir", c.CADir())
