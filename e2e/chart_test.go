@@ -126,6 +126,26 @@ func TestChart(t *testing.T) {
 		}
 	})
 
+	t.Run("the no-leader alert only when the CA has leader work", func(t *testing.T) {
+		for _, c := range []struct {
+			name string
+			args []string
+			want bool
+		}{
+			{"a plug-in CA that publishes nothing: no leader election", []string{"--values", filepath.Join(chartDir, "ci/plugin-values.yaml")}, false},
+			{"the same, signing pod certificates", []string{"--values", filepath.Join(chartDir, "ci/plugin-values.yaml"), "--set", "podCertificates.enabled=true"}, true},
+			{"the CA Secret (rotation)", nil, true},
+		} {
+			objs := renderChartArgs(t, helm, "wca", "wca-chart-alerts", kubeVersion, append(c.args, "--set", "metrics.prometheusRule.enabled=true")...)
+			b, err := json.Marshal(findObject(t, objs, "PrometheusRule").Object)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.Contains(string(b), `"alert":"WorkloadCANoLeader"`); got != c.want {
+				t.Errorf("%s: WorkloadCANoLeader rendered %v, want %v", c.name, got, c.want)
+			}
+		}
+	})
 	t.Run("the exclusive root ConfigMap policy binds in the namespaces the CA publishes to", func(t *testing.T) {
 		checkRootConfigMapBinding(t, helm, kubeVersion, ap)
 	})

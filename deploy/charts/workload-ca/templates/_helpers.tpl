@@ -209,3 +209,12 @@ defines In, NotIn, Exists and DoesNotExist.
 {{- end -}}
 {{- if $terms }}{{ join " && " $terms }}{{ else }}true{{ end -}}
 {{- end }}
+
+{{/*
+Whether the binary has work only its leader does, and so runs leader
+election: rotation of the CA Secret (ca.mode=secret), publishing bundles or
+root ConfigMaps, signing PodCertificateRequests. Empty when it has none.
+*/}}
+{{- define "workload-ca.hasLeaderTasks" -}}
+{{- if or (eq .Values.ca.mode "secret") .Values.trustBundle.publish .Values.istioRootConfigMap.enabled .Values.podCertificates.enabled }}true{{ end }}
+{{- end }}
