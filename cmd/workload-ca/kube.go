@@ -17,8 +17,10 @@ import (
 // connections: client-go shares one transport between configurations
 // that differ only in rate limit and user agent.
 type kubeClients struct {
-	// requests serves the request path: TokenReviews and pod lookups.
-	requests kubernetes.Interface
+	// reviews makes the request path's TokenReviews; pods its pod index
+	// (watch and live lookups). Apart, a flood of never-seen tokens, each
+	// a TokenReview, cannot hold up the pod lookups.
+	reviews, pods kubernetes.Interface
 	// leader renews the leader election Lease.
 	leader kubernetes.Interface
 	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
@@ -47,8 +49,8 @@ func newKubeClients(cfg serveConfig) (*kubeClients, error) {
 	return kubeClientsFor(base, float32(cfg.KubeQPS), cfg.KubeBurst)
 }
 
-// kubeClientsFor builds the clients from base, with qps and burst for the
-// request path and each writer.
+// kubeClientsFor builds the clients from base, with qps and burst for each
+// of the request path's two and each writer.
 func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, error) {
 	k := &kubeClients{}
 	for _, c := range []struct {
@@ -57,7 +59,8 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		qps    float32
 		burst  int
 	}{
-		{"requests", &k.requests, qps, burst},
+		{"tokenreview", &k.reviews, qps, burst},
+		{"podindex", &k.pods, qps, burst},
 		{"leader-election", &k.leader, leaderQPS, leaderBurst},
 		{"ca-state", &k.caState, qps, burst},
 		{"trustbundle", &k.bundles, qps, burst},

@@ -35,7 +35,8 @@ func TestKubeClients(t *testing.T) {
 		client kubernetes.Interface
 		qps    float32
 	}{
-		{"requests", k.requests, 7},
+		{"tokenreview", k.reviews, 7},
+		{"podindex", k.pods, 7},
 		{"leader-election", k.leader, leaderQPS},
 		{"ca-state", k.caState, 7},
 		{"trustbundle", k.bundles, 7},

@@ -122,7 +122,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if a.kube, err = newKubeClients(cfg); err != nil {
 		return err
 	}
-	if err := tokenreview.CheckAccess(ctx, a.kube.requests); err != nil {
+	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
 	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.signPodCertificates, a.buildServer, a.buildAdmin}
@@ -397,9 +397,9 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 
 // buildServer wires authentication, authorization and the gRPC server.
 func (a *app) buildServer(ctx context.Context) error {
-	a.pods = podindex.New(podindex.Config{Client: a.kube.requests, Logger: a.log.With("component", "podindex")})
+	a.pods = podindex.New(podindex.Config{Client: a.kube.pods, Logger: a.log.With("component", "podindex")})
 	reviewer, err := tokenreview.New(tokenreview.Config{
-		Client: a.kube.requests.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
+		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
 		Pods: a.pods, Observer: a.metrics, Logger: a.log.With("component", "tokenreview"),
 	})
 	if err != nil {
