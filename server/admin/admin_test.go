@@ -82,3 +82,19 @@ func TestCached(t *testing.T) {
 		t.Fatalf("calls after ttl = %d, want 2", calls)
 	}
 }
+
+// A check that fails because its caller went away is not cached: the next
+// caller, with a live context, runs the check again.
+func TestCachedIgnoresCancelledCallers(t *testing.T) {
+	clk := clocktesting.NewFakeClock(time.Now())
+	calls := 0
+	check := admin.Cached(func(ctx context.Context) error { calls++; return ctx.Err() }, 10*time.Second, clk)
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := check(cancelled); err == nil {
+		t.Fatal("the cancelled caller got no error")
+	}
+	if err := check(context.Background()); err != nil || calls != 2 {
+		t.Fatalf("next caller: %v after %d calls; want nil after a second call", err, calls)
+	}
+}

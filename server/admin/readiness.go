@@ -63,6 +63,11 @@ func Cached(check func(context.Context) error, ttl time.Duration, clk clock.Pass
 			return r.err // refreshed while we waited
 		}
 		r := &result{err: check(ctx), at: clk.Now()}
+		if r.err != nil && ctx.Err() != nil {
+			// Failed because this caller went away: not a result for
+			// the callers of the next ttl.
+			return r.err
+		}
 		last.Store(r)
 		return r.err
 	}
