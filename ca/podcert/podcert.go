@@ -198,11 +198,10 @@ func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateReque
 	upd := pcr.DeepCopy()
 	cond := metav1.Condition{Status: metav1.ConditionTrue, LastTransitionTime: now, ObservedGeneration: pcr.Generation}
 	result := ResultIssued
-	switch {
-	case issued == nil:
+	if issued == nil {
 		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeDenied, d.reason, d.msg
 		result = ResultDenied
-	default:
+	} else {
 		cond.Type, cond.Reason, cond.Message = certv1.PodCertificateRequestConditionTypeIssued, "Issued", "issued "+d.req.ID.String()
 		leaf := issued.Cert
 		nb, na, refresh := metav1.NewTime(leaf.NotBefore), metav1.NewTime(leaf.NotAfter), metav1.NewTime(refreshAt(leaf.NotBefore, leaf.NotAfter))

@@ -103,7 +103,7 @@ func TestReconcile(t *testing.T) {
 			}
 			client.ClearActions()
 			err = c.reconcile(context.Background(), store, tt.pcr.Namespace+"/"+tt.pcr.Name)
-			if tt.wantErr == errAny && err == nil || tt.wantErr != errAny && !errors.Is(err, tt.wantErr) {
+			if errors.Is(tt.wantErr, errAny) && err == nil || !errors.Is(tt.wantErr, errAny) && !errors.Is(err, tt.wantErr) {
 				t.Fatalf("reconcile: %v, want %v", err, tt.wantErr)
 			}
 			if obs[ResultFailed] != tt.wantFailed {
