@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc/codes"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
@@ -71,4 +72,42 @@ func TestLifecycleLeaseHeldThroughTokenStorm(t *testing.T) {
 		t.Errorf("the CA started leading %d times (%v), want once", len(ids), ids)
 	}
 	t.Logf("%d tokens reviewed in %v", storm, took.Round(time.Millisecond))
+}
+
+// TestLifecycleForgedTokensCostNoReview sends a CA never-seen tokens with
+// the API server's header and claims but another key's signature: each is
+// refused (Unauthenticated) without a TokenReview, the CA having checked it
+// against the service account issuer's keys (/openid/v1/jwks). A genuine
+// token is still reviewed.
+func TestLifecycleForgedTokensCostNoReview(t *testing.T) {
+	const forged = 10
+	f := newLCFixture(t, "forged")
+	tokens := f.ztunnels(t, 1)
+	ca := f.start(t)
+	ztunnel := id("istio-system", "ztunnel")
+	for range forged {
+		_, err := ca.Request(t.Context(), cahost.RequestArgs{Token: foreignSignedJWT(t, tokens[0]), Identity: ztunnel})
+		if got := cahost.Code(err); got != codes.Unauthenticated {
+			t.Fatalf("a forged token: code %s, want Unauthenticated (err: %v)", got, err)
+		}
+	}
+	samples, err := scrapeCA(t.Context(), ca)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := samples.Sum(mForged); n != forged {
+		t.Errorf("%s = %v, want %d", mForged, n, forged)
+	}
+	if n, _ := samples.Sum(mReviews); n != 0 {
+		t.Errorf("%v TokenReviews for forged tokens, want none", n)
+	}
+	if _, err := ca.Request(t.Context(), cahost.RequestArgs{Token: tokens[0], Identity: ztunnel}); err != nil {
+		t.Fatalf("the genuine token: %v", err)
+	}
+	if samples, err = scrapeCA(t.Context(), ca); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := samples.Sum(mReviews); n != 1 {
+		t.Errorf("%v TokenReviews for the genuine token, want 1", n)
+	}
 }

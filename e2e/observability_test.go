@@ -27,6 +27,7 @@ import (
 const (
 	mRequests     = "workload_ca_certificate_requests_total"
 	mReviews      = "workload_ca_tokenreview_requests_total"
+	mForged       = "workload_ca_tokens_forged_total"
 	mPods         = "workload_ca_podindex_pods"
 	mSynced       = "workload_ca_podindex_synced"
 	mExpiry       = "workload_ca_ca_cert_expiry_timestamp_seconds"

@@ -413,6 +413,13 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 			t.Errorf("issued %s, want %s", res.SPIFFEID, c.identity)
 		}
 	}
+	// The service account may read the issuer's keys (Kubernetes binds
+	// system:service-account-issuer-discovery to every service account):
+	// forged tokens are refused without a TokenReview.
+	waitLogLines(t, ca, `"msg":"fetched the service account issuer's keys"`)
+	if lines := logLines(ca, "cannot fetch the service account issuer's keys"); len(lines) > 0 {
+		t.Errorf("the CA could not fetch the issuer's keys: %q", lines)
+	}
 
 	client := s.cp.Client()
 	err = pollUntil(t, 30*time.Second, func() (bool, error) {

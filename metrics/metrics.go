@@ -18,6 +18,7 @@ type Metrics struct {
 	issuance     *prometheus.HistogramVec
 	reviews      *prometheus.CounterVec
 	reviewTime   prometheus.Histogram
+	forged       prometheus.Counter
 	cacheLookups *prometheus.CounterVec
 	published    *prometheus.CounterVec
 	podCerts     *prometheus.CounterVec
@@ -46,6 +47,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		reviews: f.counterVec("tokenreview_requests_total",
 			"TokenReview API calls by result.", "result"),
 		reviewTime: f.histogram("tokenreview_duration_seconds", "Latency of TokenReview API calls."),
+		forged: f.counter("tokens_forged_total",
+			"Tokens refused without a TokenReview: their signature verifies with no key of the service account issuer."),
 		cacheLookups: f.counterVec("tokenreview_cache_lookups_total",
 			"Token review cache lookups by result (hit, miss).", "result"),
 		published: f.counterVec("trustbundle_publish_total",
@@ -77,6 +80,9 @@ func (m *Metrics) ReviewDone(result string, d time.Duration) {
 	m.reviews.WithLabelValues(result).Inc()
 	m.reviewTime.Observe(d.Seconds())
 }
+
+// Forged records a token refused for its signature (tokenreview.Observer).
+func (m *Metrics) Forged() { m.forged.Inc() }
 
 // CacheLookup records a token review cache lookup (tokenreview.Observer).
 func (m *Metrics) CacheLookup(hit bool) {
@@ -133,6 +139,12 @@ func (f factory) histogram(name, help string) prometheus.Histogram {
 	h := prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: namespace, Name: name, Help: help, Buckets: latencyBuckets})
 	f.reg.MustRegister(h)
 	return h
+}
+
+func (f factory) counter(name, help string) prometheus.Counter {
+	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
+	f.reg.MustRegister(c)
+	return c
 }
 
 func (f factory) gauge(name, help string) prometheus.Gauge {

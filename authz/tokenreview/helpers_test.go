@@ -113,7 +113,14 @@ type countingObserver struct {
 	mu      sync.Mutex
 	hits    int
 	misses  int
+	forged  int
 	results map[string]int
+}
+
+func (o *countingObserver) Forged() {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.forged++
 }
 
 func (o *countingObserver) CacheLookup(hit bool) {

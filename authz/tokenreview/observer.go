@@ -10,6 +10,9 @@ type Observer interface {
 	// ReviewDone is called after each TokenReview API call with one of the
 	// Result* values (a bounded set, safe as a metric label).
 	ReviewDone(result string, d time.Duration)
+	// Forged is called for each token refused, without a TokenReview,
+	// because its signature verifies with no key of the issuer.
+	Forged()
 }
 
 // Results of one TokenReview, as passed to Observer.ReviewDone.
@@ -27,3 +30,4 @@ type nopObserver struct{}
 
 func (nopObserver) CacheLookup(bool)                 {}
 func (nopObserver) ReviewDone(string, time.Duration) {}
+func (nopObserver) Forged()                          {}

@@ -42,6 +42,15 @@ type PodChecker interface {
 	Pod(ctx context.Context, namespace, name, uid string) (authz.PodInfo, bool, error)
 }
 
+// SignatureChecker checks a token's signature before a TokenReview is
+// spent on it; *IssuerKeys is one.
+type SignatureChecker interface {
+	// CheckSignature returns an error when the token is certainly not
+	// signed by the cluster's service account issuer; nil when it is, or
+	// when it cannot tell.
+	CheckSignature(ctx context.Context, token string) error
+}
+
 // Config configures a Reviewer. Zero fields take the defaults.
 type Config struct {
 	// Client makes the TokenReview calls, e.g. clientset.AuthenticationV1().
@@ -61,6 +70,9 @@ type Config struct {
 	// Pods, if set, rejects pod-bound tokens whose pod is gone and evicts
 	// their cached results.
 	Pods PodChecker
+	// Signatures, if set, refuses a token it finds forged without a
+	// TokenReview.
+	Signatures SignatureChecker
 	// Observer, if set, receives cache and review counters.
 	Observer Observer
 	// Clock drives cache expiry. Default the real clock.
@@ -78,6 +90,7 @@ type Reviewer struct {
 	negTTL    time.Duration
 	timeout   time.Duration
 	pods      PodChecker
+	sigs      SignatureChecker
 	obs       Observer
 	clock     clock.PassiveClock
 	log       *slog.Logger
@@ -109,6 +122,7 @@ func New(cfg Config) (*Reviewer, error) {
 		negTTL:    cfg.NegativeTTL,
 		timeout:   cfg.ReviewTimeout,
 		pods:      cfg.Pods,
+		sigs:      cfg.Signatures,
 		obs:       cfg.Observer,
 		clock:     cfg.Clock,
 		log:       cfg.Logger,
@@ -175,6 +189,12 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (authz.Caller
 		// (cached) path skips the scan.
 		if err := checkTokenShape(token); err != nil {
 			return authz.Caller{}, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
+		}
+		if r.sigs != nil {
+			if err := r.sigs.CheckSignature(ctx, token); err != nil {
+				r.obs.Forged()
+				return authz.Caller{}, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
+			}
 		}
 		var err error
 		if e, err = r.reviewShared(ctx, key, token); err != nil {

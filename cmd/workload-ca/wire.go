@@ -398,9 +398,17 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 // buildServer wires authentication, authorization and the gRPC server.
 func (a *app) buildServer(ctx context.Context) error {
 	a.pods = podindex.New(podindex.Config{Client: a.kube.pods, Logger: a.log.With("component", "podindex")})
+	reviewLog := a.log.With("component", "tokenreview")
+	// A token no key of the service account issuer signed is refused
+	// without a TokenReview.
+	keys, err := tokenreview.NewIssuerKeys(tokenreview.IssuerKeysConfig{
+		Fetch: tokenreview.JWKSFetcher(a.kube.reviews.Discovery().RESTClient()), Logger: reviewLog})
+	if err != nil {
+		return err
+	}
 	reviewer, err := tokenreview.New(tokenreview.Config{
 		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
-		Pods: a.pods, Observer: a.metrics, Logger: a.log.With("component", "tokenreview"),
+		Pods: a.pods, Signatures: keys, Observer: a.metrics, Logger: reviewLog,
 	})
 	if err != nil {
 		return err
