@@ -7,16 +7,20 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
+	"golang.org/x/sync/singleflight"
+	"golang.org/x/time/rate"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/clock"
 )
 
-// ErrForged is wrapped when a token's signature verifies with none of the
-// issuer's keys: the API server would reject it too.
-var ErrForged = errors.New("token signature does not verify with any key of the service account issuer")
+// ErrForged is wrapped when a token is refused for its signature: not a
+// JWS the API server could have signed, or not verifying with the key it
+// names.
+var ErrForged = errors.New("token signature does not verify with the service account issuer's keys")
 
 // jwsAlgorithms are the asymmetric JOSE algorithms. The API server signs
 // service account tokens with RS256 or ES256/384/512 (its own keys or an
@@ -30,6 +34,8 @@ var jwsAlgorithms = []jose.SignatureAlgorithm{
 const (
 	DefaultKeysMaxAge     = time.Hour
 	DefaultKeysMinRefresh = 30 * time.Second
+	DefaultUnlistedRate   = 1.0
+	DefaultUnlistedBurst  = 10
 	keysFetchTimeout      = 5 * time.Second
 )
 
@@ -38,11 +44,20 @@ type IssuerKeysConfig struct {
 	// Fetch returns the issuer's JSON Web Key Set, e.g. JWKSFetcher.
 	Fetch func(ctx context.Context) ([]byte, error)
 	// MaxAge is how long fetched keys are used before they are fetched
-	// again (default 1h); a token signed by a key not among them fetches
-	// them at once, at most every MinRefresh (default 30s).
+	// again, in the background (default 1h); a token with a key id not
+	// among them fetches them at once, at most every MinRefresh (default
+	// 30s).
 	MaxAge, MinRefresh time.Duration
-	Clock              clock.PassiveClock
-	Logger             *slog.Logger
+	// UnlistedRate and UnlistedBurst bound how many tokens signed with a
+	// key the issuer does not list still go to the TokenReview (default
+	// 1/s, burst 10); beyond that they are refused. The API server may
+	// verify with keys it does not publish (an external signer's keys kept
+	// for tokens issued before a migration), while any forged token can
+	// name an unlisted key. A negative rate sends none.
+	UnlistedRate  float64
+	UnlistedBurst int
+	Clock         clock.PassiveClock
+	Logger        *slog.Logger
 }
 
 // IssuerKeys checks service account token signatures against the public
@@ -55,19 +70,27 @@ type IssuerKeysConfig struct {
 // It never accepts a token: the TokenReview still decides every token it
 // lets through (expiry, audience, revocation, the bound pod). While it has
 // no keys (not fetched yet, the API unreachable, no permission) it lets
-// every token through. A token with a key id it does not know fetches the
-// keys again, at most every MinRefresh: right after a fetch, a token
-// signed by a key the issuer has only just added is refused until the
-// next one (the caller retries), and forged key ids cost one fetch per
-// MinRefresh, whatever their number.
+// every token through. A token that names a listed key but does not verify
+// with it is refused; one signed with an unlisted key fetches the keys
+// again (at most every MinRefresh) and then goes to the TokenReview at the
+// bounded UnlistedRate. Checks of tokens with listed keys never wait for a
+// fetch.
 type IssuerKeys struct {
-	cfg IssuerKeysConfig
+	cfg      IssuerKeysConfig
+	set      atomic.Pointer[keySet]
+	fetches  singleflight.Group
+	unlisted *rate.Limiter
 
-	mu        sync.Mutex
+	mu      sync.Mutex
+	triedAt time.Time // last fetch started
+	tried   bool      // a fetch has completed, successfully or not
+	lastErr string    // of the last failed fetch, logged once
+}
+
+// keySet is one fetch's keys.
+type keySet struct {
 	keys      []jose.JSONWebKey
-	fetchedAt time.Time // of keys
-	triedAt   time.Time // last fetch, successful or not
-	lastErr   string    // of the last failed fetch, logged once
+	fetchedAt time.Time
 }
 
 // NewIssuerKeys returns an IssuerKeys for cfg; it fetches on first use.
@@ -77,13 +100,19 @@ func NewIssuerKeys(cfg IssuerKeysConfig) (*IssuerKeys, error) {
 	}
 	cfg.MaxAge = orDefault(cfg.MaxAge, DefaultKeysMaxAge)
 	cfg.MinRefresh = orDefault(cfg.MinRefresh, DefaultKeysMinRefresh)
+	cfg.UnlistedRate = orDefault(cfg.UnlistedRate, DefaultUnlistedRate)
+	cfg.UnlistedBurst = orDefault(cfg.UnlistedBurst, DefaultUnlistedBurst)
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &IssuerKeys{cfg: cfg}, nil
+	unlisted := rate.NewLimiter(rate.Limit(cfg.UnlistedRate), cfg.UnlistedBurst)
+	if cfg.UnlistedRate < 0 {
+		unlisted = rate.NewLimiter(0, 0)
+	}
+	return &IssuerKeys{cfg: cfg, unlisted: unlisted}, nil
 }
 
 // JWKSFetcher fetches the API server's service account issuer keys.
@@ -94,9 +123,9 @@ func JWKSFetcher(c rest.Interface) func(ctx context.Context) ([]byte, error) {
 }
 
 // CheckSignature returns an error wrapping ErrForged when token is not a
-// JWS in an asymmetric algorithm, or its signature verifies with none of
-// the issuer's keys; nil when it verifies, or when there are no keys to
-// tell.
+// JWS in an asymmetric algorithm, names a listed key it does not verify
+// with, or is signed by no listed key beyond UnlistedRate; nil when it
+// verifies, or when it is left to the TokenReview.
 func (k *IssuerKeys) CheckSignature(ctx context.Context, token string) error {
 	jws, err := jose.ParseSignedCompact(token, jwsAlgorithms)
 	if err != nil {
@@ -106,66 +135,132 @@ func (k *IssuerKeys) CheckSignature(ctx context.Context, token string) error {
 		return fmt.Errorf("%w: %d signatures", ErrForged, len(jws.Signatures))
 	}
 	kid := jws.Signatures[0].Header.KeyID
-	keys, ok := k.keysFor(ctx, kid, false)
-	if !ok {
+	set := k.keys(ctx)
+	if set == nil {
 		return nil // no keys: the TokenReview decides
 	}
-	if len(keys) == 0 {
-		// A key id we do not know: the issuer may have a new key.
-		if keys, _ = k.keysFor(ctx, kid, true); len(keys) == 0 {
-			return fmt.Errorf("%w: no key with id %q", ErrForged, kid)
+	listed, ok := set.verify(jws, kid)
+	switch {
+	case ok:
+		return nil
+	case listed:
+		return ErrForged
+	}
+	// Signed with no listed key: the issuer may have a new one.
+	if k.refreshDue() {
+		k.refresh(ctx)
+		if set = k.set.Load(); set != nil {
+			if listed, ok = set.verify(jws, kid); ok {
+				return nil
+			} else if listed {
+				return ErrForged
+			}
 		}
 	}
-	for _, key := range keys {
-		if _, err := jws.Verify(key.Key); err == nil {
-			return nil
-		}
+	if k.unlisted.AllowN(k.cfg.Clock.Now(), 1) {
+		return nil
 	}
-	return ErrForged
+	return fmt.Errorf("%w: key id %q is not listed, and more such tokens came than are sent for review", ErrForged, kid)
 }
 
-// keysFor returns the keys a token with key id kid may be signed with
-// (every key when kid is empty), fetching them when they are missing or
-// old, or when refresh is set and the last fetch is MinRefresh ago. ok is
-// false when no keys were ever fetched.
-func (k *IssuerKeys) keysFor(ctx context.Context, kid string, refresh bool) (keys []jose.JSONWebKey, ok bool) {
+// verify reports whether the token verifies with a key of s, and whether
+// its key id is listed (a token without one: whether any key verifies).
+func (s *keySet) verify(jws *jose.JSONWebSignature, kid string) (listed, ok bool) {
+	for _, key := range s.keys {
+		if kid != "" && key.KeyID != kid {
+			continue
+		}
+		if kid != "" {
+			listed = true
+		}
+		if _, err := jws.Verify(key.Key); err == nil {
+			return true, true
+		}
+	}
+	return listed, false
+}
+
+// keys returns the current keys, nil if there are none. It waits (as long
+// as ctx allows) only for the first fetch; keys older than MaxAge are
+// fetched again in the background while they serve.
+func (k *IssuerKeys) keys(ctx context.Context) *keySet {
+	set := k.set.Load()
+	switch {
+	case set == nil:
+		k.mu.Lock()
+		first := !k.tried
+		k.mu.Unlock()
+		if first || k.refreshDue() {
+			if first {
+				k.refresh(ctx)
+			} else {
+				k.startFetch()
+			}
+		}
+		return k.set.Load()
+	case k.cfg.Clock.Since(set.fetchedAt) >= k.cfg.MaxAge && k.refreshDue():
+		k.startFetch()
+	}
+	return set
+}
+
+// refreshDue reports whether a fetch may start now (the last one started
+// MinRefresh ago or more), and if so records that one starts.
+func (k *IssuerKeys) refreshDue() bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	now := k.cfg.Clock.Now()
-	stale := k.keys == nil || now.Sub(k.fetchedAt) >= k.cfg.MaxAge || refresh
-	if stale && now.Sub(k.triedAt) >= k.cfg.MinRefresh {
-		k.fetch(ctx, now)
+	if !k.triedAt.IsZero() && now.Sub(k.triedAt) < k.cfg.MinRefresh {
+		return false
 	}
-	if k.keys == nil {
-		return nil, false
+	k.triedAt = now
+	return true
+}
+
+// refresh fetches the keys and waits for the fetch as long as ctx allows.
+func (k *IssuerKeys) refresh(ctx context.Context) {
+	select {
+	case <-k.startFetch():
+	case <-ctx.Done():
 	}
-	for _, key := range k.keys {
-		if kid == "" || key.KeyID == kid {
-			keys = append(keys, key)
-		}
+}
+
+// startFetch starts fetching the keys, unless a fetch runs already (one
+// for all callers, whatever their contexts), and returns when it is done.
+func (k *IssuerKeys) startFetch() <-chan singleflight.Result {
+	k.mu.Lock()
+	if k.triedAt.IsZero() {
+		k.triedAt = k.cfg.Clock.Now()
 	}
-	return keys, true
+	k.mu.Unlock()
+	return k.fetches.DoChan("jwks", func() (any, error) {
+		k.fetch()
+		return nil, nil
+	})
 }
 
 // fetch replaces the keys with the issuer's; on failure it keeps the old
-// ones and logs the failure once. Callers hold mu.
-func (k *IssuerKeys) fetch(ctx context.Context, now time.Time) {
-	k.triedAt = now
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), keysFetchTimeout)
+// ones and logs the failure once.
+func (k *IssuerKeys) fetch() {
+	ctx, cancel := context.WithTimeout(context.Background(), keysFetchTimeout)
 	defer cancel()
 	keys, err := k.fetchKeys(ctx)
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.tried = true
 	if err != nil {
 		if err.Error() != k.lastErr {
-			k.cfg.Logger.Warn("cannot fetch the service account issuer's keys; tokens are checked by TokenReview alone",
+			k.cfg.Logger.Warn("cannot fetch the service account issuer's keys; tokens are checked by TokenReview alone meanwhile",
 				"error", err.Error(), "retry_in", k.cfg.MinRefresh)
 			k.lastErr = err.Error()
 		}
 		return
 	}
-	if k.lastErr != "" || k.keys == nil {
+	if k.lastErr != "" || k.set.Load() == nil {
 		k.cfg.Logger.Info("fetched the service account issuer's keys", "keys", len(keys))
 	}
-	k.keys, k.fetchedAt, k.lastErr = keys, now, ""
+	k.lastErr = ""
+	k.set.Store(&keySet{keys: keys, fetchedAt: k.cfg.Clock.Now()})
 }
 
 func (k *IssuerKeys) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, error) {

@@ -17,6 +17,7 @@ import (
 	clocktesting "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // issuer is a service account issuer: its signing keys, and the JWKS it
@@ -136,9 +137,13 @@ func TestIssuerKeys(t *testing.T) {
 			is.addKey(t, "stranger", false)
 			return is.sign(t, "stranger", "k1")
 		}, wantForged: true, wantFetches: 1},
-		{name: "a kid the issuer does not have (its keys just fetched)", setup: func(t *testing.T, is *issuer) string {
+		{name: "a kid the issuer does not list (its keys just fetched), none sent for review", setup: func(t *testing.T, is *issuer) string {
 			is.addKey(t, "stranger", false)
 			return is.sign(t, "stranger", "stranger")
+		}, wantForged: true, wantFetches: 1},
+		{name: "no kid and no listed key verifies, none sent for review", setup: func(t *testing.T, is *issuer) string {
+			is.addKey(t, "stranger", false)
+			return is.sign(t, "stranger", "")
 		}, wantForged: true, wantFetches: 1},
 		{name: rotation, setup: func(t *testing.T, is *issuer) string {
 			is.addKey(t, "k3", false) // published after the first fetch
@@ -157,7 +162,7 @@ func TestIssuerKeys(t *testing.T) {
 			is := newIssuer(t, "k1", "k2")
 			token := tt.setup(t, is)
 			clk := clocktesting.NewFakeClock(testEpoch())
-			keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, Clock: clk})
+			keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, Clock: clk, UnlistedRate: -1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -181,23 +186,29 @@ func TestIssuerKeys(t *testing.T) {
 }
 
 // Tokens with unknown key ids fetch the keys at most every MinRefresh, and
-// old keys are fetched again after MaxAge.
+// go to the TokenReview at UnlistedRate; old keys are fetched again after
+// MaxAge, in the background.
 func TestIssuerKeysFetchBounds(t *testing.T) {
 	is := newIssuer(t, "k1")
 	is.addKey(t, "stranger", false)
 	forged := is.sign(t, "stranger", "stranger")
 	clk := clocktesting.NewFakeClock(testEpoch())
-	keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, Clock: clk, MinRefresh: 30 * time.Second, MaxAge: time.Hour})
+	keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, Clock: clk, MinRefresh: 30 * time.Second, MaxAge: time.Hour,
+		UnlistedRate: 1, UnlistedBurst: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
+	reviewed := 0
 	for range 100 {
-		if err := keys.CheckSignature(context.Background(), forged); !errors.Is(err, ErrForged) {
-			t.Fatalf("CheckSignature() = %v, want ErrForged", err)
+		switch err := keys.CheckSignature(context.Background(), forged); {
+		case err == nil:
+			reviewed++
+		case !errors.Is(err, ErrForged):
+			t.Fatalf("CheckSignature() = %v, want nil or ErrForged", err)
 		}
 	}
-	if n := is.fetchCount(); n != 1 {
-		t.Fatalf("100 unknown key ids within MinRefresh: %d fetches, want 1", n)
+	if n := is.fetchCount(); n != 1 || reviewed != 3 {
+		t.Fatalf("100 tokens of an unlisted key within MinRefresh: %d fetches and %d left to review, want 1 and the burst, 3", n, reviewed)
 	}
 	clk.Step(30 * time.Second)
 	_ = keys.CheckSignature(context.Background(), forged)
@@ -211,8 +222,56 @@ func TestIssuerKeysFetchBounds(t *testing.T) {
 		t.Fatalf("known key within MaxAge: %d fetches, want 2", n)
 	}
 	clk.Step(time.Minute)
-	if err := keys.CheckSignature(context.Background(), good); err != nil || is.fetchCount() != 3 {
-		t.Fatalf("after MaxAge: %v, %d fetches; want nil after a third", err, is.fetchCount())
+	if err := keys.CheckSignature(context.Background(), good); err != nil {
+		t.Fatalf("after MaxAge, with the old keys: %v", err)
+	}
+	testwait.Eventually(t, "the keys fetched again in the background", func() bool { return is.fetchCount() == 3 })
+}
+
+// A check of a token with a listed key never waits for a fetch, even one
+// that hangs; a token of an unlisted key waits only as long as its context.
+func TestIssuerKeysDoNotWaitForSlowFetch(t *testing.T) {
+	is := newIssuer(t, "k1")
+	is.addKey(t, "stranger", false)
+	release := make(chan struct{})
+	defer close(release)
+	slow := false
+	var mu sync.Mutex
+	fetch := func(ctx context.Context) ([]byte, error) {
+		mu.Lock()
+		s := slow
+		mu.Unlock()
+		if s {
+			<-release
+		}
+		return is.fetch(ctx)
+	}
+	keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: fetch, UnlistedRate: -1, MinRefresh: time.Nanosecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	good := is.sign(t, "k1", "k1")
+	if err := keys.CheckSignature(context.Background(), good); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	slow = true
+	mu.Unlock()
+	// An unlisted key starts a fetch that hangs; it gives up with its ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	if err := keys.CheckSignature(ctx, is.sign(t, "stranger", "stranger")); !errors.Is(err, ErrForged) {
+		t.Fatalf("unlisted key during a hung fetch: %v, want ErrForged once its context ends", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- keys.CheckSignature(context.Background(), good) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a token of a listed key waited for the hung fetch")
 	}
 }
 
@@ -250,7 +309,7 @@ func FuzzCheckSignature(f *testing.F) {
 		f.Fatal(err)
 	}
 	is.keys["k1"], is.served = key, []string{"k1"}
-	keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch})
+	keys, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, UnlistedRate: -1})
 	if err != nil {
 		f.Fatal(err)
 	}
