@@ -65,47 +65,46 @@ func (l *leader) Run(ctx context.Context) error {
 // campaign runs one leader election until this replica has stopped leading
 // and its tasks have returned, or ctx has ended.
 //
-// client-go runs OnStartedLeading in a goroutine it does not wait for, and
-// with ReleaseOnCancel it releases the lease as soon as the elector's
-// context ends: another replica could then lead while this one's tasks
-// still write. So the elector gets a context of its own, ended only once
-// the tasks have returned (it keeps renewing meanwhile), and after a lost
-// lease the next campaign waits for them too.
+// client-go runs OnStartedLeading in a goroutine it does not wait for and,
+// with ReleaseOnCancel, releases the lease as soon as this replica stops
+// leading (shut down, or a renewal missed its deadline), before it cancels
+// the tasks' context: another replica could then lead while this one's
+// tasks still write. So the elector's lock holds the release until the
+// tasks have returned (releaseAfter), and the next campaign waits for them
+// too (a lost lease is not always released).
 func (l *leader) campaign(ctx context.Context, lock resourcelock.Interface) error {
-	electCtx, stopElect := context.WithCancel(context.WithoutCancel(ctx))
-	defer stopElect()
 	var (
-		mu        sync.Mutex
-		stopping  bool
-		tasksDone chan struct{} // set when leading begins, closed when the tasks have returned
+		mu          sync.Mutex
+		stopping    bool
+		cancelTasks context.CancelFunc = func() {}
+		tasksDone   chan struct{}      // set when leading begins, closed when the tasks have returned
 	)
-	waitTasks := func() {
+	stopTasks := func() {
 		mu.Lock()
 		stopping = true
-		done := tasksDone
+		cancel, done := cancelTasks, tasksDone
 		mu.Unlock()
+		cancel()
 		if done != nil {
 			<-done
 		}
 	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: lock, Name: l.name, ReleaseOnCancel: true,
+		Lock: releaseAfter{Interface: lock, stop: stopTasks}, Name: l.name, ReleaseOnCancel: true,
 		LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leading context.Context) {
+				tasks, cancel := context.WithCancel(leading)
+				defer cancel()
 				mu.Lock()
 				if stopping {
 					mu.Unlock()
 					return
 				}
 				done := make(chan struct{})
-				tasksDone = done
+				cancelTasks, tasksDone = cancel, done
 				mu.Unlock()
 				defer close(done)
-				// The tasks end when leadership ends or, first, on shutdown.
-				tasks, cancel := context.WithCancel(leading)
-				defer cancel()
-				defer context.AfterFunc(ctx, cancel)()
 				l.lead(tasks)
 			},
 			OnStoppedLeading: func() { l.setLeading(false); l.log.Info("stopped leading") },
@@ -114,12 +113,24 @@ func (l *leader) campaign(ctx context.Context, lock resourcelock.Interface) erro
 	if err != nil {
 		return fmt.Errorf("leader election: %w", err)
 	}
-	// On shutdown: stop the tasks, wait for them, then let the elector
-	// release the lease.
-	defer context.AfterFunc(ctx, func() { waitTasks(); stopElect() })()
-	elector.Run(electCtx)
-	waitTasks()
+	elector.Run(ctx)
+	stopTasks()
 	return nil
+}
+
+// releaseAfter is the elector's lock: client-go releases the lease by
+// writing a record without a holder, and that write waits for stop (which
+// stops the leader's tasks and waits for them).
+type releaseAfter struct {
+	resourcelock.Interface
+	stop func()
+}
+
+func (l releaseAfter) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
+	if rec.HolderIdentity == "" {
+		l.stop()
+	}
+	return l.Interface.Update(ctx, rec)
 }
 
 // lead runs every task until leadership ends.

@@ -9,10 +9,12 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/utils/ptr"
 
 	"github.com/workload-ca/workload-ca/internal/testwait"
 )
@@ -60,9 +62,12 @@ func (s *slowTask) count() (starts int, ends []string, overlapped bool) {
 // while the first still stops).
 func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
 	client := fake.NewClientset()
-	var failing atomic.Bool // the API server refuses Lease updates
-	client.PrependReactor("update", "leases", func(k8stesting.Action) (bool, runtime.Object, error) {
-		if failing.Load() {
+	// While failing, the API server refuses renewals but lets a release (a
+	// record without a holder) through: it was slow, then recovered.
+	var failing atomic.Bool
+	client.PrependReactor("update", "leases", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		lease := a.(k8stesting.UpdateAction).GetObject().(*coordinationv1.Lease)
+		if failing.Load() && ptr.Deref(lease.Spec.HolderIdentity, "") != "" {
 			return true, nil, errors.New("the API server is unavailable")
 		}
 		return false, nil, nil
@@ -85,8 +90,8 @@ func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
 
 	t.Run("a lost lease: the next run waits for the last", func(t *testing.T) {
 		// Renewals fail until the leader gives up and its task starts
-		// stopping; then the API server is back, and the lease still
-		// names this replica: a new campaign could lead at once.
+		// stopping; then the API server is back: the release must wait
+		// for the task, and a new campaign could lead at once.
 		failing.Store(true)
 		select {
 		case <-task.stopping:
@@ -95,8 +100,12 @@ func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
 		}
 		failing.Store(false)
 		testwait.Eventually(t, "leading again", func() bool { s, _, _ := task.count(); return s == 2 })
-		if _, _, overlapped := task.count(); overlapped {
+		_, ends, overlapped := task.count()
+		if overlapped {
 			t.Error("the task ran twice at once")
+		}
+		if len(ends) != 1 || ends[0] != l.identity {
+			t.Errorf("holder while the lost lease's task stopped: %q, want this replica (released only after)", ends)
 		}
 	})
 	t.Run("shutdown: the lease is released after the tasks stop", func(t *testing.T) {
