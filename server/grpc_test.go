@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 	"google.golang.org/grpc/test/bufconn"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/authztest"
@@ -240,9 +241,12 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material())
 	conn := e.conn(t)
 	svc := capb.NewIstioCertificateServiceClient(conn)
+	badIdentity := &capb.IstioCertificateRequest{Csr: "not a csr", Metadata: &structpb.Struct{Fields: map[string]*structpb.Value{
+		server.ImpersonatedIdentityKey: structpb.NewStringValue("https://not/spiffe")}}}
 	for name, req := range map[string]*capb.IstioCertificateRequest{
-		"empty CSR":   {},
-		"garbage CSR": {Csr: "not a csr"},
+		"empty CSR":                             {},
+		"garbage CSR":                           {Csr: "not a csr"},
+		"impersonated identity not a SPIFFE ID": badIdentity,
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := svc.CreateCertificate(withToken(ctxT(t), "web-token"), req)
@@ -254,14 +258,15 @@ func TestMalformedRequestsAreInvalidArgument(t *testing.T) {
 	// Authentication comes first: a caller without a valid token learns
 	// nothing of its CSR and spends no CPU slot on it.
 	for name, token := range map[string]string{"unknown token": "garbage", "no token": ""} {
-		t.Run("garbage CSR, "+name, func(t *testing.T) {
+		t.Run("malformed request, "+name, func(t *testing.T) {
 			ctx := ctxT(t)
 			if token != "" {
 				ctx = withToken(ctx, token)
 			}
-			_, err := svc.CreateCertificate(ctx, &capb.IstioCertificateRequest{Csr: "not a csr"})
-			if status.Code(err) != codes.Unauthenticated {
-				t.Fatalf("CreateCertificate() = %v, want Unauthenticated", err)
+			for _, req := range []*capb.IstioCertificateRequest{{Csr: "not a csr"}, badIdentity} {
+				if _, err := svc.CreateCertificate(ctx, req); status.Code(err) != codes.Unauthenticated {
+					t.Fatalf("CreateCertificate() = %v, want Unauthenticated", err)
+				}
 			}
 		})
 	}

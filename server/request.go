@@ -1,7 +1,6 @@
 package server
 
 import (
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"math"
@@ -12,7 +11,6 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/workload-ca/workload-ca/authz"
-	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/proto/capb"
 )
 
@@ -22,28 +20,6 @@ const ImpersonatedIdentityKey = "ImpersonatedIdentity"
 
 // errInvalidRequest is wrapped by every malformed request.
 var errInvalidRequest = errors.New("invalid request")
-
-// parsedRequest is a request whose syntax has been checked: the CSR parsed
-// with its signature verified, the requested identity (zero for the caller's
-// own) and the requested lifetime (zero for the default).
-type parsedRequest struct {
-	csr       *x509.CertificateRequest
-	requested spiffeid.ID
-	ttl       time.Duration
-}
-
-// parseRequest checks a request without any I/O.
-func parseRequest(req *capb.IstioCertificateRequest) (parsedRequest, error) {
-	csr, err := ca.ParseCSR([]byte(req.GetCsr()))
-	if err != nil {
-		return parsedRequest{}, err
-	}
-	requested, err := impersonatedIdentity(req)
-	if err != nil {
-		return parsedRequest{}, err
-	}
-	return parsedRequest{csr: csr, requested: requested, ttl: seconds(req.GetValidityDuration())}, nil
-}
 
 // impersonatedIdentity returns the ImpersonatedIdentity metadata value, or
 // the zero ID when it is absent or empty.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"crypto/x509"
 	"errors"
 	"math"
 	"strings"
@@ -18,6 +19,26 @@ import (
 )
 
 func meta(kv map[string]*structpb.Value) *structpb.Struct { return &structpb.Struct{Fields: kv} }
+
+// parsedRequest is what the service reads of a request before it signs.
+type parsedRequest struct {
+	csr       *x509.CertificateRequest
+	requested spiffeid.ID
+	ttl       time.Duration
+}
+
+// parseRequest reads a request as createCertificate does.
+func parseRequest(req *capb.IstioCertificateRequest) (parsedRequest, error) {
+	requested, err := impersonatedIdentity(req)
+	if err != nil {
+		return parsedRequest{}, err
+	}
+	csr, err := ca.ParseCSR([]byte(req.GetCsr()))
+	if err != nil {
+		return parsedRequest{}, err
+	}
+	return parsedRequest{csr: csr, requested: requested, ttl: seconds(req.GetValidityDuration())}, nil
+}
 
 func TestParseRequest(t *testing.T) {
 	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")

@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"runtime"
@@ -148,24 +149,27 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if err != nil {
 		return err
 	}
-	if id, err := impersonatedIdentity(req); err == nil {
-		d.requested = id // for the audit record of a caller refused now
-	}
-	// Authentication first, as istiod does: an unauthenticated caller gets
-	// no CPU slot for parsing and checking its CSR.
+	// The requested identity is parsed first (cheap, and in the audit
+	// record of a caller refused now); its error is reported after
+	// authentication, as istiod does: a caller without a valid token
+	// learns nothing of its request, and gets no CPU slot for its CSR.
+	requested, reqErr := impersonatedIdentity(req)
+	d.requested = requested
 	if d.caller, err = s.authn.Authenticate(ctx, token); err != nil {
 		return err
 	}
-	var p parsedRequest
-	err = s.cpu.do(ctx, func() (err error) { p, err = parseRequest(req); return err })
-	if err != nil {
+	if reqErr != nil {
+		return reqErr
+	}
+	var csr *x509.CertificateRequest
+	if err := s.cpu.do(ctx, func() (err error) { csr, err = ca.ParseCSR([]byte(req.GetCsr())); return err }); err != nil {
 		return err
 	}
-	if d.granted, err = s.authz.Authorize(ctx, d.caller, p.requested); err != nil {
+	if d.granted, err = s.authz.Authorize(ctx, d.caller, requested); err != nil {
 		return err
 	}
 	return s.cpu.do(ctx, func() (err error) {
-		d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: p.csr, ID: d.granted, TTL: p.ttl})
+		d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: csr, ID: d.granted, TTL: seconds(req.GetValidityDuration())})
 		return err
 	})
 }
