@@ -24,7 +24,9 @@ func TestLifecycleShutdown(t *testing.T) {
 	go func() { stopped <- stopping.Stop() }()
 	waitLogLines(t, stopping, `"msg":"stopped leading"`)
 
-	// A new client, with a token never reviewed, asks the stopping replica.
+	// A new client, with a token never reviewed, asks the stopping replica
+	// after SIGTERM (it has logged its hand-over): its new connection is
+	// accepted only because of the delay.
 	res, err := stopping.Request(t.Context(), cahost.RequestArgs{Token: tokens[0], Identity: id("demo", "web"), Impersonate: true})
 	if err != nil {
 		t.Fatalf("a request during the shutdown delay, %v after SIGTERM: %v", time.Since(began), err)
@@ -35,9 +37,6 @@ func TestLifecycleShutdown(t *testing.T) {
 	// Meanwhile the other replica has taken the lease.
 	if err := pollUntil(t, lcWait, func() (bool, error) { return isLeader(t.Context(), other) }); err != nil {
 		t.Errorf("the other replica did not take over during the shutdown delay: %v", err)
-	}
-	if time.Since(began) > 4*time.Second {
-		t.Logf("checks took %v, longer than the delay: the request above may have met a draining server", time.Since(began))
 	}
 	if err := <-stopped; err != nil {
 		t.Errorf("the stopping replica: %v", err)

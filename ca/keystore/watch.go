@@ -40,15 +40,15 @@ type DirWatcherConfig struct {
 }
 
 // DirWatcher reloads CA material when the files of its directory change. A
-// change that does not load or validate is refused and logged once (again
-// only if a retry fails otherwise); the material in use keeps serving
-// until a good change arrives or a retry of the refused one succeeds.
+// change that does not load or validate is refused and logged once (its
+// retries at debug level); the material in use keeps serving until a good
+// change arrives or a retry of the refused one succeeds.
 type DirWatcher struct {
 	cfg  DirWatcherConfig
 	seen [sha256.Size]byte // fingerprint of the content last tried
-	// refused is why the content last tried was refused ("": it was
-	// not), and retryAt when it is tried again if it is still there.
-	refused string
+	// refused is whether the content last tried was refused, and retryAt
+	// when it is tried again if it is still there.
+	refused bool
 	retryAt time.Time
 }
 
@@ -112,7 +112,7 @@ func (w *DirWatcher) Poll() bool {
 	}
 	now := w.cfg.Clock.Now()
 	changed := fp != w.seen
-	if !changed && (w.refused == "" || now.Before(w.retryAt)) {
+	if !changed && (!w.refused || now.Before(w.retryAt)) {
 		return false
 	}
 	w.seen = fp
@@ -125,13 +125,17 @@ func (w *DirWatcher) Poll() bool {
 		err = w.cfg.Apply(m)
 	}
 	if err != nil {
-		if changed || err.Error() != w.refused {
-			log.Error("refused changed CA material; the previous CA keeps serving", "error", err.Error(), "retry_in", w.cfg.RetryRefused)
+		// Once per change: a retry's error may differ only in the time
+		// crypto/x509 puts in it.
+		level := slog.LevelDebug
+		if changed {
+			level = slog.LevelError
 		}
-		w.refused, w.retryAt = err.Error(), now.Add(w.cfg.RetryRefused)
+		log.Log(context.Background(), level, "refused changed CA material; the previous CA keeps serving", "error", err.Error(), "retry_in", w.cfg.RetryRefused)
+		w.refused, w.retryAt = true, now.Add(w.cfg.RetryRefused)
 		return false
 	}
-	w.refused = ""
+	w.refused = false
 	log.Info("reloaded CA material", "subject", m.Cert.Subject.String(), "not_after", m.Cert.NotAfter, "roots", len(m.Roots))
 	return true
 }
