@@ -41,9 +41,10 @@ type ServingCertConfig struct {
 	Clock      clock.PassiveClock
 }
 
-// ServingCert keeps a TLS serving certificate issued by our CA and renews it
-// on the first handshake after renewal is due: two thirds into its life, or
-// as soon as the CA signs with another certificate.
+// ServingCert keeps a TLS serving certificate issued by our CA. Two thirds
+// into its life it is renewed in the background while it keeps serving;
+// when the CA starts signing with another certificate, or it has expired,
+// the next handshake renews it first.
 type ServingCert struct {
 	cfg ServingCertConfig
 
@@ -51,6 +52,7 @@ type ServingCert struct {
 	cert     *tls.Certificate
 	renewAt  time.Time
 	issuedBy *x509.Certificate
+	renewing bool // a background renewal runs
 	// retryAt is when a failed renewal may be tried again, and renewErr
 	// why it failed.
 	retryAt  time.Time
@@ -73,35 +75,68 @@ func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, e
 		cfg.Clock = clock.RealClock{}
 	}
 	s := &ServingCert{cfg: cfg}
-	if err := s.renew(ctx); err != nil {
+	cert, issuedBy, err := s.issue(ctx)
+	if err != nil {
 		return nil, err
 	}
+	s.install(cert, issuedBy)
 	return s, nil
 }
 
+// renewTimeout bounds one renewal: the issuer may be a KMS or an HSM.
+const renewTimeout = 30 * time.Second
+
 // GetCertificate is tls.Config.GetCertificate. A renewal that fails is
-// retried after RenewRetry, not on every handshake: the issuer may be a
-// slow KMS, and the renewal holds the lock every handshake takes.
-func (s *ServingCert) GetCertificate(hello *tls.ClientHelloInfo) (*tls.Certificate, error) {
+// retried after RenewRetry, not on every handshake. Only a renewal that
+// cannot wait (the CA signs with another certificate, or the current one
+// has expired) runs in the handshake, under the lock every handshake
+// takes; it does not use the handshake's context, so a client that hangs
+// up does not fail it.
+func (s *ServingCert) GetCertificate(*tls.ClientHelloInfo) (*tls.Certificate, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	now := s.cfg.Clock.Now()
-	due := !now.Before(s.renewAt) || s.cfg.Issuer.SigningCert() != s.issuedBy
-	if due && !now.Before(s.retryAt) {
-		ctx := context.Background()
-		if hello != nil {
-			ctx = hello.Context()
-		}
-		s.renewErr = s.renew(ctx)
-		if s.renewErr != nil {
-			s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
-		}
+	retry := !now.Before(s.retryAt)
+	switch {
+	case (s.cfg.Issuer.SigningCert() != s.issuedBy || !now.Before(s.cert.Leaf.NotAfter)) && retry:
+		ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+		defer cancel()
+		cert, issuedBy, err := s.issue(ctx)
+		s.done(cert, issuedBy, err)
+	case !now.Before(s.renewAt) && retry && !s.renewing:
+		s.renewing = true
+		go s.renewInBackground()
 	}
-	if due && s.renewErr != nil && !now.Before(s.cert.Leaf.NotAfter) {
-		// Keep serving the old certificate while it is valid.
+	if !now.Before(s.cert.Leaf.NotAfter) && s.renewErr != nil {
 		return nil, s.renewErr
 	}
 	return s.cert, nil
+}
+
+func (s *ServingCert) renewInBackground() {
+	ctx, cancel := context.WithTimeout(context.Background(), renewTimeout)
+	defer cancel()
+	cert, issuedBy, err := s.issue(ctx)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.renewing = false
+	s.done(cert, issuedBy, err)
+}
+
+// done records a renewal's outcome. Callers hold mu.
+func (s *ServingCert) done(cert *tls.Certificate, issuedBy *x509.Certificate, err error) {
+	s.renewErr = err
+	if err != nil {
+		s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
+		return
+	}
+	current := s.cfg.Issuer.SigningCert()
+	if issuedBy != current {
+		return // issued under a signing certificate the CA has left since: renewed again on the next handshake
+	}
+	if s.issuedBy != current || cert.Leaf.NotAfter.After(s.cert.Leaf.NotAfter) {
+		s.install(cert, issuedBy)
+	}
 }
 
 // Current returns the certificate now served.
@@ -111,22 +146,27 @@ func (s *ServingCert) Current() *tls.Certificate {
 	return s.cert
 }
 
-// renew issues a new certificate with a new key. Callers hold mu or own s.
-func (s *ServingCert) renew(ctx context.Context) error {
+// issue issues a new certificate with a new key, and returns it with the
+// signing certificate it was issued under.
+func (s *ServingCert) issue(ctx context.Context) (*tls.Certificate, *x509.Certificate, error) {
 	issuedBy := s.cfg.Issuer.SigningCert()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
-		return fmt.Errorf("serving certificate key: %w", err)
+		return nil, nil, fmt.Errorf("serving certificate key: %w", err)
 	}
 	leaf, chain, err := s.cfg.Issuer.IssueServing(ctx, key.Public(), s.cfg.DNSNames, s.cfg.TTL)
 	if err != nil {
-		return fmt.Errorf("serving certificate: %w", err)
+		return nil, nil, fmt.Errorf("serving certificate: %w", err)
 	}
 	cert := &tls.Certificate{Certificate: [][]byte{leaf.Raw}, PrivateKey: key, Leaf: leaf}
 	for _, c := range chain {
 		cert.Certificate = append(cert.Certificate, c.Raw)
 	}
+	return cert, issuedBy, nil
+}
+
+// install serves cert from now on. Callers hold mu or own s.
+func (s *ServingCert) install(cert *tls.Certificate, issuedBy *x509.Certificate) {
 	s.cert, s.issuedBy = cert, issuedBy
-	s.renewAt = leaf.NotBefore.Add(leaf.NotAfter.Sub(leaf.NotBefore) * 2 / 3)
-	return nil
+	s.renewAt = cert.Leaf.NotBefore.Add(cert.Leaf.NotAfter.Sub(cert.Leaf.NotBefore) * 2 / 3)
 }

@@ -7,6 +7,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"sync"
 	"testing"
 	"time"
 
@@ -14,19 +15,36 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 	"github.com/workload-ca/workload-ca/server"
 )
 
 // flakyIssuer fails while broken is set, and counts its calls.
 type flakyIssuer struct {
 	*ca.Authority
+	mu     sync.Mutex
 	broken bool
 	calls  int
 }
 
+func (f *flakyIssuer) set(broken bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.broken = broken
+}
+
+func (f *flakyIssuer) count() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls
+}
+
 func (f *flakyIssuer) IssueServing(ctx context.Context, pub crypto.PublicKey, dns []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
+	f.mu.Lock()
 	f.calls++
-	if f.broken {
+	broken := f.broken
+	f.mu.Unlock()
+	if broken {
 		return nil, nil, errors.New("issuer down")
 	}
 	return f.Authority.IssueServing(ctx, pub, dns, ttl)
@@ -60,21 +78,27 @@ func TestServingCertRenewal(t *testing.T) {
 	}
 
 	clk.Step(90 * time.Minute) // past 2/3 of 3h (+2m backdate)
-	issuer.broken = true
-	calls := issuer.calls
+	issuer.set(true)
+	calls := issuer.count()
+	if got := mustGet(t, sc); got != first {
+		t.Fatal("a handshake waited for the renewal, or a failed renewal replaced the still-valid certificate")
+	}
+	testwait.Eventually(t, "the background renewal tried", func() bool { return issuer.count() == calls+1 })
 	for range 3 {
 		if got := mustGet(t, sc); got != first {
 			t.Fatal("a failed renewal must keep serving the still-valid certificate")
 		}
 	}
-	if issuer.calls != calls+1 {
-		t.Fatalf("%d renewals tried by three handshakes within RenewRetry, want 1", issuer.calls-calls)
+	if n := issuer.count() - calls; n != 1 {
+		t.Fatalf("%d renewals tried by four handshakes within RenewRetry, want 1", n)
 	}
 
-	issuer.broken = false
+	issuer.set(false)
 	clk.Step(5 * time.Second)
+	mustGet(t, sc) // starts the renewal
+	testwait.Eventually(t, "the background renewal", func() bool { return sc.Current() != first })
 	renewed := mustGet(t, sc)
-	if renewed == first || renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
+	if renewed.Leaf.SerialNumber.Cmp(first.Leaf.SerialNumber) == 0 {
 		t.Fatal("not renewed after two thirds of its lifetime")
 	}
 	if !renewed.Leaf.NotAfter.After(first.Leaf.NotAfter) {
@@ -91,13 +115,13 @@ func TestServingCertRenewal(t *testing.T) {
 	}
 
 	clk.Step(4 * time.Hour) // the renewed certificate has expired too
-	issuer.broken = true
+	issuer.set(true)
 	for range 2 {
 		if _, err := sc.GetCertificate(nil); err == nil {
 			t.Fatal("an expired certificate must not be served when renewal fails")
 		}
 	}
-	issuer.broken = false
+	issuer.set(false)
 	clk.Step(5 * time.Second)
 	if got := mustGet(t, sc); !got.Leaf.NotAfter.After(clk.Now()) {
 		t.Fatal("not renewed once the issuer is back")
