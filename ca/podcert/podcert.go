@@ -2,6 +2,7 @@ package podcert
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -27,6 +28,8 @@ import (
 // Signer issues certificates; *ca.Authority is one.
 type Signer interface {
 	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
+	// SigningCert is the certificate Sign signs with now.
+	SigningCert() *x509.Certificate
 }
 
 // Observer counts the outcome of each request handled.
@@ -159,6 +162,12 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 	d := decide(pcr, c.cfg.TrustDomain)
 	if d.reason != "" {
 		return c.finish(ctx, pcr, d, nil)
+	}
+	if sc := c.cfg.Signer.SigningCert(); sc.NotAfter.Sub(c.cfg.Clock.Now()) < minValidity {
+		// Checked before signing too, so that no retry signs in vain.
+		c.cfg.Observer.PodCertificate(ResultFailed)
+		return fmt.Errorf("sign PodCertificateRequest %s: the signing certificate ends at %s, within the hour Kubernetes requires of a pod certificate",
+			key, sc.NotAfter.UTC().Format(time.RFC3339))
 	}
 	issued, err := c.cfg.Signer.Sign(ctx, d.req)
 	switch {

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"strings"
@@ -22,10 +23,23 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-// signerFunc adapts a function to Signer.
+// signerFunc adapts a function to Signer, with a signing certificate valid
+// for years.
 type signerFunc func(context.Context, ca.Request) (*ca.Issued, error)
 
 func (f signerFunc) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) { return f(ctx, r) }
+
+func (signerFunc) SigningCert() *x509.Certificate {
+	return &x509.Certificate{NotAfter: time.Date(2100, 1, 1, 0, 0, 0, 0, time.UTC)}
+}
+
+// shortSigner is a signerFunc with the signing certificate given.
+type shortSigner struct {
+	signerFunc
+	cert *x509.Certificate
+}
+
+func (s shortSigner) SigningCert() *x509.Certificate { return s.cert }
 
 // errAny stands for any error in a test table.
 var errAny = errors.New("any error")
@@ -73,6 +87,12 @@ func TestReconcile(t *testing.T) {
 			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued", wantValid: 2 * time.Hour},
 		{name: "the CA's certificate expires within the hour: left pending and retried, since Failed is final",
 			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(short, 0),
+			wantErr: errAny, wantFailed: 1},
+		{name: "the same, not signed in vain", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			signer: shortSigner{signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) {
+				t.Error("signed although the signing certificate ends within the hour")
+				return nil, boom
+			}), short.Cert},
 			wantErr: errAny, wantFailed: 1},
 		{name: "the CA fails: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			signer: signerFunc(func(context.Context, ca.Request) (*ca.Issued, error) { return nil, boom }), wantErr: boom, wantFailed: 1},
