@@ -126,9 +126,27 @@ type releaseAfter struct {
 	stop func()
 }
 
+// releaseTimeout bounds a release once the tasks have stopped.
+const releaseTimeout = 10 * time.Second
+
 func (l releaseAfter) Update(ctx context.Context, rec resourcelock.LeaderElectionRecord) error {
-	if rec.HolderIdentity == "" {
-		l.stop()
+	if rec.HolderIdentity != "" {
+		return l.Interface.Update(ctx, rec)
+	}
+	l.stop()
+	// The tasks may have taken long enough for client-go's deadline to
+	// pass and for the lease to expire and pass to another replica: the
+	// release gets a deadline of its own and goes ahead only if the lease,
+	// read again now, is still ours (the read also refreshes the version
+	// the write is conditional on, so a change after it conflicts).
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
+	defer cancel()
+	cur, _, err := l.Interface.Get(ctx)
+	if err != nil {
+		return fmt.Errorf("reading the lease before releasing it: %w", err)
+	}
+	if cur.HolderIdentity != l.Identity() {
+		return fmt.Errorf("not releasing the lease: %q holds it now", cur.HolderIdentity)
 	}
 	return l.Interface.Update(ctx, rec)
 }

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/utils/ptr"
 
 	"github.com/workload-ca/workload-ca/internal/testwait"
@@ -126,4 +127,57 @@ func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
 			t.Errorf("after Run: held by %q, want released", h)
 		}
 	})
+}
+
+// recordLock is a resourcelock.Interface over one record, counting writes.
+type recordLock struct {
+	resourcelock.Interface // unused methods panic
+	identity               string
+	rec                    resourcelock.LeaderElectionRecord
+	writes                 int
+}
+
+func (l *recordLock) Get(context.Context) (*resourcelock.LeaderElectionRecord, []byte, error) {
+	r := l.rec
+	return &r, nil, nil
+}
+
+func (l *recordLock) Update(_ context.Context, rec resourcelock.LeaderElectionRecord) error {
+	l.rec = rec
+	l.writes++
+	return nil
+}
+
+func (l *recordLock) Identity() string { return l.identity }
+
+// A release waits for the tasks, and is not written when the lease has
+// passed to another replica meanwhile (the tasks took longer than the
+// lease): writing it would free that replica's lease.
+func TestReleaseAfterTasks(t *testing.T) {
+	for _, tt := range []struct {
+		name, holder string
+		wantWrite    bool
+	}{
+		{name: "still ours", holder: "a", wantWrite: true},
+		{name: "taken by b meanwhile", holder: "b", wantWrite: false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			lock := &recordLock{identity: "a"}
+			stopped := false
+			wrapped := releaseAfter{Interface: lock, stop: func() { stopped = true; lock.rec.HolderIdentity = tt.holder }}
+			if err := wrapped.Update(context.Background(), resourcelock.LeaderElectionRecord{HolderIdentity: "a"}); err != nil || stopped {
+				t.Fatalf("renewal: %v, tasks stopped %v; want written, tasks untouched", err, stopped)
+			}
+			err := wrapped.Update(context.Background(), resourcelock.LeaderElectionRecord{})
+			if !stopped {
+				t.Fatal("released without stopping the tasks")
+			}
+			if got := lock.writes == 2; got != tt.wantWrite || (err == nil) != tt.wantWrite {
+				t.Fatalf("release written %v (err %v), want %v", got, err, tt.wantWrite)
+			}
+			if !tt.wantWrite && lock.rec.HolderIdentity != "b" {
+				t.Fatalf("b's lease became %+v", lock.rec)
+			}
+		})
+	}
 }
