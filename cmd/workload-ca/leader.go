@@ -141,7 +141,7 @@ func (l releaseAfter) Update(ctx context.Context, rec resourcelock.LeaderElectio
 	// the write is conditional on, so a change after it conflicts).
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), releaseTimeout)
 	defer cancel()
-	cur, _, err := l.Interface.Get(ctx)
+	cur, _, err := l.Get(ctx)
 	if err != nil {
 		return fmt.Errorf("reading the lease before releasing it: %w", err)
 	}
