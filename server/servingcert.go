@@ -125,17 +125,23 @@ func (s *ServingCert) renewInBackground() {
 
 // done records a renewal's outcome. Callers hold mu.
 func (s *ServingCert) done(cert *tls.Certificate, issuedBy *x509.Certificate, err error) {
-	s.renewErr = err
 	if err != nil {
-		s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
+		s.renewErr, s.retryAt = err, s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
 		return
 	}
 	current := s.cfg.Issuer.SigningCert()
-	if issuedBy != current {
-		return // issued under a signing certificate the CA has left since: renewed again on the next handshake
-	}
-	if s.issuedBy != current || cert.Leaf.NotAfter.After(s.cert.Leaf.NotAfter) {
+	switch {
+	case issuedBy != current:
+		// Issued under a signing certificate the CA has left since: the
+		// next handshake renews again.
+	case s.issuedBy != current || !cert.Leaf.NotAfter.Before(s.cert.Leaf.NotAfter):
+		// Also when it ends no later than the current one: both end
+		// with the signing certificate, and the new one's later start
+		// moves the next renewal on.
 		s.install(cert, issuedBy)
+		s.renewErr = nil
+	default:
+		s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
 	}
 }
 

@@ -144,3 +144,30 @@ func pool(certs ...*x509.Certificate) *x509.CertPool {
 	}
 	return p
 }
+
+// A serving certificate cut at the end of the signing certificate is
+// renewed ever less often as that end nears, not on every handshake.
+func TestServingCertRenewalNearSigningEnd(t *testing.T) {
+	start := time.Now().Truncate(time.Second)
+	clk := clocktesting.NewFakeClock(start)
+	root := testca.NewRoot(t, testca.P256, testca.Validity(start.Add(-time.Hour), start.Add(10*time.Hour)))
+	authority, err := ca.New(ca.Config{TrustDomain: td, Clock: clk}, root.Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	issuer := &flakyIssuer{Authority: authority}
+	sc, err := server.NewServingCert(context.Background(), server.ServingCertConfig{
+		Issuer: issuer, DNSNames: []string{servingName}, TTL: 24 * time.Hour, Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.Step(7 * time.Hour) // past 2/3 of the 10 h it got
+	for range 200 {
+		mustGet(t, sc)
+		time.Sleep(time.Millisecond) // a background renewal may finish
+	}
+	// Each renewal moves the next to two thirds of what is left: a few.
+	if n := issuer.count(); n > 5 {
+		t.Fatalf("%d renewals in 200 handshakes near the signing certificate's end, want a few", n)
+	}
+}
