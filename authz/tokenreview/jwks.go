@@ -140,24 +140,18 @@ func (k *IssuerKeys) CheckSignature(ctx context.Context, token string) error {
 		return nil // no keys: the TokenReview decides
 	}
 	listed, ok := set.verify(jws, kid)
+	if !ok && !listed && k.refreshDue() {
+		// Signed with no listed key: the issuer may have a new one. (The
+		// keys, once there, are never nil again.)
+		k.refresh(ctx)
+		listed, ok = k.set.Load().verify(jws, kid)
+	}
 	switch {
 	case ok:
 		return nil
 	case listed:
 		return ErrForged
-	}
-	// Signed with no listed key: the issuer may have a new one.
-	if k.refreshDue() {
-		k.refresh(ctx)
-		if set = k.set.Load(); set != nil {
-			if listed, ok = set.verify(jws, kid); ok {
-				return nil
-			} else if listed {
-				return ErrForged
-			}
-		}
-	}
-	if k.unlisted.AllowN(k.cfg.Clock.Now(), 1) {
+	case k.unlisted.AllowN(k.cfg.Clock.Now(), 1):
 		return nil
 	}
 	return fmt.Errorf("%w: key id %q is not listed, and more such tokens came than are sent for review", ErrForged, kid)
@@ -190,12 +184,10 @@ func (k *IssuerKeys) keys(ctx context.Context) *keySet {
 		k.mu.Lock()
 		first := !k.tried
 		k.mu.Unlock()
-		if first || k.refreshDue() {
-			if first {
-				k.refresh(ctx)
-			} else {
-				k.startFetch()
-			}
+		if first {
+			k.refresh(ctx)
+		} else if k.refreshDue() {
+			k.startFetch()
 		}
 		return k.set.Load()
 	case k.cfg.Clock.Since(set.fetchedAt) >= k.cfg.MaxAge && k.refreshDue():
