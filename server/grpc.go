@@ -47,12 +47,12 @@ const (
 	connWindow   = 1 << 20
 )
 
-// streamWorkers is how many long-lived goroutines handle requests. A
-// request's goroutine needs a stack of tens of KiB (CSR parsing and
-// signing); a new goroutine per request grows its stack by copying, about
-// 4% of the server's CPU. A reused goroutine keeps its grown stack until a
-// garbage collection finds it idle and shrinks it. Requests beyond this
-// many in flight get a new goroutine each, as without workers.
+// streamWorkers is how many long-lived goroutines handle requests. A new
+// goroutine per request grows its stack by copying, and creating it costs
+// too; a reused goroutine keeps its grown stack until a garbage collection
+// finds it idle and shrinks it. (The CSR checks and signing, the deepest
+// stacks, run on the cpuLimiter's own few goroutines.) Requests beyond
+// this many in flight get a new goroutine each, as without workers.
 const streamWorkers = 256
 
 // GRPCServer serves the certificate service and the standard health service.

@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"runtime"
+	"sync"
 	"time"
 )
 
@@ -10,42 +12,159 @@ import (
 // time for a slot.
 var errOverloaded = errors.New("overloaded")
 
+// cpuIdleExit is how long a goroutine of the cpuLimiter waits for work
+// before it exits.
+const cpuIdleExit = 10 * time.Second
+
 // cpuLimiter bounds the CPU-bound steps of a request (CSR checks, signing)
 // to about the number of cores. Excess requests queue briefly, then fail
 // fast with Unavailable (clients retry with backoff) instead of piling up
 // goroutines and memory behind a saturated CPU.
+//
+// The steps run on the limiter's own goroutines, at most n of them, which
+// yield after each step. On the requests' goroutines (hundreds in flight,
+// their idle stacks shrunk by every garbage collection) the steps grew a
+// stack of tens of KiB again, by copying, for most requests (1.6% of the
+// CA's CPU at the maximum rate); the limiter's few busy goroutines keep
+// theirs. And the yield lets the short work of the server (reading
+// requests, sending answers, each microseconds) run before the next step
+// (hundreds of microseconds): on one core at half the maximum rate, the
+// p99 latency clients see fell from a median of 12.7 ms to 9.8 ms. A
+// goroutine idle for cpuIdleExit exits.
 type cpuLimiter struct {
-	slots chan struct{}
-	wait  time.Duration
+	n    int
+	wait time.Duration
+	idle time.Duration
+	// jobs hands a job to an idle goroutine; unbuffered, so a caller that
+	// sends has been taken, and callers blocked on it are served in order.
+	jobs chan *cpuJob
+	pool sync.Pool // of *cpuJob
+
+	mu      sync.Mutex
+	workers int // goroutines running, at most n
+	waiting int // callers that found all n busy and may send on jobs
+}
+
+// cpuJob is one step, and where its result goes.
+type cpuJob struct {
+	f    func() error
+	done chan cpuResult // buffered: the goroutine never waits on its caller
+}
+
+type cpuResult struct {
+	err      error
+	panicked any // what f panicked with; re-raised on the caller's goroutine
 }
 
 func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
-	return &cpuLimiter{slots: make(chan struct{}, n), wait: wait}
+	l := &cpuLimiter{n: n, wait: wait, idle: cpuIdleExit, jobs: make(chan *cpuJob)}
+	l.pool.New = func() any { return &cpuJob{done: make(chan cpuResult, 1)} }
+	return l
 }
 
-// do runs f in a slot.
+// do runs f on one of the limiter's goroutines and returns its error. It
+// waits at most l.wait for a goroutine (errOverloaded after that), and
+// stops waiting when ctx ends. Once f started, do waits for it to finish.
+// A panic in f is raised again here.
 func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
-	select {
-	case l.slots <- struct{}{}:
-	default:
-		if err := l.queue(ctx); err != nil {
-			return err
-		}
+	j := l.pool.Get().(*cpuJob)
+	j.f = f
+	if err := l.submit(ctx, j); err != nil {
+		j.f = nil
+		l.pool.Put(j)
+		return err
 	}
-	defer func() { <-l.slots }()
-	return f()
+	r := <-j.done
+	j.f = nil
+	l.pool.Put(j)
+	if r.panicked != nil {
+		panic(r.panicked)
+	}
+	return r.err
 }
 
-// queue waits for a slot for at most l.wait.
-func (l *cpuLimiter) queue(ctx context.Context) error {
+// submit hands j to an idle goroutine, or to a new one while fewer than n
+// run, or else queues for one for at most l.wait.
+func (l *cpuLimiter) submit(ctx context.Context, j *cpuJob) error {
+	select {
+	case l.jobs <- j:
+		return nil
+	default:
+	}
+	l.mu.Lock()
+	if l.workers < l.n {
+		l.workers++
+		l.mu.Unlock()
+		go l.work(j)
+		return nil
+	}
+	// Counted before the lock is released: a goroutine that finds no
+	// work does not exit while a caller may still send it some.
+	l.waiting++
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		l.waiting--
+		l.mu.Unlock()
+	}()
 	t := time.NewTimer(l.wait)
 	defer t.Stop()
 	select {
-	case l.slots <- struct{}{}:
+	case l.jobs <- j:
 		return nil
 	case <-t.C:
 		return errOverloaded
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// work runs j, then the jobs that come, until none came for l.idle.
+func (l *cpuLimiter) work(j *cpuJob) {
+	idle := time.NewTimer(l.idle)
+	defer idle.Stop()
+	for j != nil {
+		j.done <- run(j.f)
+		// Let the caller, and the goroutines that send answers and read
+		// requests, run before the next step: each takes microseconds,
+		// a step hundreds. Without it a caller whose step is done waits
+		// behind the steps queued after its own.
+		runtime.Gosched()
+		j = l.next(idle)
+	}
+}
+
+// next returns the next job, or nil once none came for l.idle and no
+// caller is queued; the goroutine is then no longer counted.
+func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
+	select {
+	case j := <-l.jobs:
+		return j
+	default:
+	}
+	for {
+		idle.Reset(l.idle)
+		select {
+		case j := <-l.jobs:
+			return j
+		case <-idle.C:
+		}
+		l.mu.Lock()
+		if l.waiting == 0 {
+			l.workers--
+			l.mu.Unlock()
+			return nil
+		}
+		l.mu.Unlock()
+	}
+}
+
+// run calls f, turning a panic into a result.
+func run(f func() error) (r cpuResult) {
+	defer func() {
+		if p := recover(); p != nil {
+			r.panicked = p
+		}
+	}()
+	return cpuResult{err: f()}
 }

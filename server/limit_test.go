@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -46,5 +47,86 @@ func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 			t.Fatalf("do(cancelled) = %v", err)
 		}
 		close(hold)
+
+		// Its goroutine exits once idle, and the next request starts one.
+		time.Sleep(cpuIdleExit)
+		synctest.Wait()
+		if w := l.running(); w != 0 {
+			t.Fatalf("%d goroutines after %v idle, want 0", w, cpuIdleExit)
+		}
+		if err := l.do(context.Background(), func() error { return nil }); err != nil {
+			t.Fatalf("do() after idle exit: %v", err)
+		}
+		time.Sleep(cpuIdleExit)
 	})
+}
+
+func TestCPULimiterRunsAtMostNAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const n = 3
+		l := newCPULimiter(n, time.Minute)
+		var running, most int
+		var mu sync.Mutex
+		release := make(chan struct{})
+		step := func() error {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			<-release
+			mu.Lock()
+			running--
+			mu.Unlock()
+			return nil
+		}
+		errs := make(chan error, 2*n)
+		for range 2 * n {
+			go func() { errs <- l.do(context.Background(), step) }()
+		}
+		synctest.Wait()
+		if running != n || l.running() != n {
+			t.Fatalf("%d steps on %d goroutines with %d queued, want %d on %d", running, l.running(), n, n, n)
+		}
+		close(release)
+		for range 2 * n {
+			if err := <-errs; err != nil {
+				t.Fatal(err)
+			}
+		}
+		if most != n {
+			t.Fatalf("at most %d steps at once, want %d", most, n)
+		}
+		time.Sleep(cpuIdleExit)
+	})
+}
+
+func TestCPULimiterReturnsErrorsAndRaisesPanicsInTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newCPULimiter(1, time.Second)
+		boom := errors.New("bad CSR")
+		if err := l.do(context.Background(), func() error { return boom }); !errors.Is(err, boom) {
+			t.Fatalf("do() = %v, want %v", err, boom)
+		}
+		func() {
+			defer func() {
+				if p := recover(); p != "signer bug" {
+					t.Fatalf("recovered %v, want the step's panic", p)
+				}
+			}()
+			_ = l.do(context.Background(), func() error { panic("signer bug") })
+			t.Fatal("do() returned after a panic")
+		}()
+		// The goroutine survived the panic and still serves.
+		if err := l.do(context.Background(), func() error { return nil }); err != nil || l.running() != 1 {
+			t.Fatalf("do() after a panic = %v on %d goroutines", err, l.running())
+		}
+		time.Sleep(cpuIdleExit)
+	})
+}
+
+// running returns how many goroutines the limiter runs.
+func (l *cpuLimiter) running() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.workers
 }
