@@ -54,7 +54,7 @@ type cpuLimiter struct {
 	mu      sync.Mutex
 	workers int // goroutines running, at most n
 	// waiting counts the callers that found all n busy and may send on
-	// jobs; changed under mu.
+	// jobs; raised under mu.
 	waiting atomic.Int64
 }
 
@@ -115,11 +115,7 @@ func (l *cpuLimiter) submit(ctx context.Context, j *cpuJob) error {
 	// work does not exit while a caller may still send it some.
 	l.waiting.Add(1)
 	l.mu.Unlock()
-	defer func() {
-		l.mu.Lock()
-		l.waiting.Add(-1)
-		l.mu.Unlock()
-	}()
+	defer l.waiting.Add(-1)
 	t := time.NewTimer(l.wait)
 	defer t.Stop()
 	select {
