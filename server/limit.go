@@ -3,7 +3,9 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"runtime"
+	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,7 +68,24 @@ type cpuJob struct {
 
 type cpuResult struct {
 	err      error
-	panicked any // what f panicked with; re-raised on the caller's goroutine
+	panicked *stepPanic // re-raised on the caller's goroutine
+	exited   bool       // f called runtime.Goexit; so does the caller
+}
+
+// stepPanic is a panic of a step, with the stack of the goroutine it ran on.
+type stepPanic struct {
+	value any
+	stack []byte
+}
+
+func (p *stepPanic) Error() string {
+	return fmt.Sprintf("%v\n\non the CPU limiter's goroutine:\n%s", p.value, p.stack)
+}
+
+// Unwrap returns the value the step panicked with, if it is an error.
+func (p *stepPanic) Unwrap() error {
+	err, _ := p.value.(error)
+	return err
 }
 
 func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
@@ -78,7 +97,8 @@ func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
 // do runs f on one of the limiter's goroutines and returns its error. It
 // waits at most l.wait for a goroutine (errOverloaded after that), and
 // stops waiting when ctx ends. Once f started, do waits for it to finish.
-// A panic in f is raised again here.
+// A panic in f is raised again here, as a *stepPanic; runtime.Goexit in f
+// exits this goroutine too.
 func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
 	j := l.pool.Get().(*cpuJob)
 	j.f = f
@@ -90,8 +110,11 @@ func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
 	r := <-j.done
 	j.f = nil
 	l.pool.Put(j)
-	if r.panicked != nil {
+	switch {
+	case r.panicked != nil:
 		panic(r.panicked)
+	case r.exited:
+		runtime.Goexit()
 	}
 	return r.err
 }
@@ -133,12 +156,34 @@ func (l *cpuLimiter) work(j *cpuJob) {
 	idle := time.NewTimer(l.idle)
 	defer idle.Stop()
 	for j != nil {
-		j.done <- run(j.f)
+		l.run(j)
 		if l.waiting.Load() < yieldBelow {
 			runtime.Gosched()
 		}
 		j = l.next(idle)
 	}
+}
+
+// run calls j.f and sends j its result. A panic becomes a result; so does
+// runtime.Goexit, which ends this goroutine: it is no longer counted.
+func (l *cpuLimiter) run(j *cpuJob) {
+	returned := false
+	defer func() {
+		if returned {
+			return
+		}
+		if p := recover(); p != nil {
+			j.done <- cpuResult{panicked: &stepPanic{value: p, stack: debug.Stack()}}
+			return
+		}
+		l.mu.Lock()
+		l.workers--
+		l.mu.Unlock()
+		j.done <- cpuResult{exited: true}
+	}()
+	err := j.f()
+	returned = true
+	j.done <- cpuResult{err: err}
 }
 
 // next returns the next job, or nil once none came for l.idle and no
@@ -164,14 +209,4 @@ func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
 		}
 		l.mu.Unlock()
 	}
-}
-
-// run calls f, turning a panic into a result.
-func run(f func() error) (r cpuResult) {
-	defer func() {
-		if p := recover(); p != nil {
-			r.panicked = p
-		}
-	}()
-	return cpuResult{err: f()}
 }

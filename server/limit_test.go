@@ -3,6 +3,8 @@ package server
 import (
 	"context"
 	"errors"
+	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -32,7 +34,11 @@ func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 		go func() { _ = l.do(context.Background(), func() error { <-hold; return nil }) }()
 		synctest.Wait()
 		start := time.Now()
-		err := l.do(context.Background(), func() error { t.Fatal("ran without a slot"); return nil })
+		ran := false
+		err := l.do(context.Background(), func() error { ran = true; return nil })
+		if ran {
+			t.Fatal("a step ran without a free goroutine")
+		}
 		if !errors.Is(err, errOverloaded) || time.Since(start) != time.Second {
 			t.Fatalf("do() = %v after %v, want overloaded after 1s", err, time.Since(start))
 		}
@@ -85,7 +91,7 @@ func TestCPULimiterRunsAtMostNAtOnce(t *testing.T) {
 		}
 		synctest.Wait()
 		if running != n || l.running() != n {
-			t.Fatalf("%d steps on %d goroutines with %d queued, want %d on %d", running, l.running(), n, n, n)
+			t.Fatalf("%d steps on %d goroutines, want %d on %d", running, l.running(), n, n)
 		}
 		close(release)
 		for range 2 * n {
@@ -109,8 +115,9 @@ func TestCPULimiterReturnsErrorsAndRaisesPanicsInTheCaller(t *testing.T) {
 		}
 		func() {
 			defer func() {
-				if p := recover(); p != "signer bug" {
-					t.Fatalf("recovered %v, want the step's panic", p)
+				p, ok := recover().(*stepPanic)
+				if !ok || p.value != "signer bug" || !strings.Contains(p.Error(), "server.TestCPULimiter") {
+					t.Fatalf("recovered %v, want the step's panic with the step's stack", p)
 				}
 			}()
 			_ = l.do(context.Background(), func() error { panic("signer bug") })
@@ -119,6 +126,44 @@ func TestCPULimiterReturnsErrorsAndRaisesPanicsInTheCaller(t *testing.T) {
 		// The goroutine survived the panic and still serves.
 		if err := l.do(context.Background(), func() error { return nil }); err != nil || l.running() != 1 {
 			t.Fatalf("do() after a panic = %v on %d goroutines", err, l.running())
+		}
+		time.Sleep(cpuIdleExit)
+	})
+}
+
+func TestCPULimiterStepThatExitsItsGoroutineExitsTheCallers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newCPULimiter(1, time.Second)
+		returned := make(chan bool, 1)
+		go func() {
+			defer func() { returned <- false }()
+			_ = l.do(context.Background(), func() error { runtime.Goexit(); return nil })
+			returned <- true
+		}()
+		if <-returned {
+			t.Fatal("do() returned after the step called runtime.Goexit")
+		}
+		if err := l.do(context.Background(), func() error { return nil }); err != nil || l.running() != 1 {
+			t.Fatalf("do() after a Goexit = %v on %d goroutines, want nil on 1", err, l.running())
+		}
+		time.Sleep(cpuIdleExit)
+	})
+}
+
+// A caller that finds the only goroutine just as it gives up waiting for
+// work is served by it or by a new one, never left waiting.
+func TestCPULimiterCallerAtIdleExitIsServed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newCPULimiter(1, time.Minute)
+		for i := range 200 {
+			if err := l.do(context.Background(), func() error { return nil }); err != nil {
+				t.Fatalf("round %d: %v", i, err)
+			}
+			time.Sleep(cpuIdleExit) // the goroutine's idle timer fires now
+			start := time.Now()
+			if err := l.do(context.Background(), func() error { return nil }); err != nil || time.Since(start) != 0 {
+				t.Fatalf("round %d: do() at the idle exit = %v after %v", i, err, time.Since(start))
+			}
 		}
 		time.Sleep(cpuIdleExit)
 	})
