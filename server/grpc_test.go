@@ -59,6 +59,7 @@ const servingName = "workload-ca.istio-system.svc"
 type envConfig struct {
 	opts          []grpc.ServerOption
 	shutdownDelay time.Duration
+	wrapSigner    func(server.Signer) server.Signer
 }
 
 type envOption func(*envConfig)
@@ -80,7 +81,11 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	for _, r := range authority.Roots() {
 		e.roots.AddCert(r)
 	}
-	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: authority,
+	var signer server.Signer = authority
+	if cfg.wrapSigner != nil {
+		signer = cfg.wrapSigner(signer)
+	}
+	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: signer,
 		Ready: e.ready.get, Observer: e.obs, ClusterID: caclient.DefaultClusterID,
 		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))})
 	if err != nil {
@@ -380,6 +385,41 @@ func TestAuditRecordsAndObserver(t *testing.T) {
 	}
 	if got := e.obs.results(); got != "issued/,denied/identity-not-on-node" {
 		t.Fatalf("observer saw %q", got)
+	}
+}
+
+// panickingSigner panics on its first call and signs after that.
+type panickingSigner struct {
+	server.Signer
+	calls *atomic.Int32
+}
+
+func (p panickingSigner) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) {
+	if p.calls.Add(1) == 1 {
+		panic("signer bug")
+	}
+	return p.Signer.Sign(ctx, r)
+}
+
+func TestPanicAnswersInternalAndIsAudited(t *testing.T) {
+	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
+		c.wrapSigner = func(s server.Signer) server.Signer { return panickingSigner{Signer: s, calls: new(atomic.Int32)} }
+	})
+	c := e.client(t)
+	web := caclient.Request{Token: "web-token", Identity: spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")}
+	_, err := c.CreateCertificate(ctxT(t), web)
+	if st, _ := status.FromError(err); st.Code() != codes.Internal || st.Message() != "internal error" {
+		t.Fatalf("CreateCertificate() = %v, want Internal with no detail", err)
+	}
+	records := auditRecords(t, e.audit)
+	if len(records) != 1 || records[0]["decision"] != "internal" || records[0]["level"] != "ERROR" ||
+		!strings.Contains(fmt.Sprint(records[0]["error"]), "panic: signer bug") ||
+		!strings.Contains(fmt.Sprint(records[0]["error"]), "panickingSigner.Sign") {
+		t.Fatalf("audit records = %v, want one internal record with the panic and its stack", records)
+	}
+	// The server serves on.
+	if _, err := c.CreateCertificate(ctxT(t), web); err != nil {
+		t.Fatalf("after the panic: %v", err)
 	}
 }
 

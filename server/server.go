@@ -4,8 +4,10 @@ import (
 	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/debug"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -123,7 +125,7 @@ type decision struct {
 func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error) {
 	start := s.clock.Now()
 	var d decision
-	err := s.createCertificate(ctx, req, &d)
+	err := s.guard(ctx, req, &d)
 	o := classify(err)
 	if cerr := ctx.Err(); err != nil && cerr != nil {
 		// The caller went away or its deadline passed: that, not the
@@ -136,6 +138,22 @@ func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertific
 		return nil, status.Error(o.code, o.message)
 	}
 	return &capb.IstioCertificateResponse{CertChain: d.issued.Chain}, nil
+}
+
+// errPanic wraps a panic in the request path.
+var errPanic = errors.New("panic")
+
+// guard runs createCertificate and turns a panic into an error: a bug
+// answers Internal and leaves an audit record with the panic and its
+// stack, which the caller never sees (gRPC's recovery interceptor would
+// send the stack in the status message).
+func (s *Service) guard(ctx context.Context, req *capb.IstioCertificateRequest, d *decision) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%w: %v\n%s", errPanic, p, debug.Stack())
+		}
+	}()
+	return s.createCertificate(ctx, req, d)
 }
 
 func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertificateRequest, d *decision) error {

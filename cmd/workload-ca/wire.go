@@ -10,6 +10,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"runtime/debug"
 	"sync/atomic"
 	"time"
 
@@ -18,6 +19,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 	"k8s.io/klog/v2"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -439,7 +442,14 @@ func (a *app) buildServer(ctx context.Context) error {
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
 	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor()),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(
+			// A panic the handler did not turn into an error itself: its
+			// stack goes to the log, never to the caller (the default
+			// handler sends it in the status message).
+			recovery.WithRecoveryHandler(func(p any) error {
+				a.log.Error("panic in a gRPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+				return status.Error(codes.Internal, "internal error")
+			}))),
 		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod))
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
