@@ -102,12 +102,10 @@ func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
 func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
 	j := l.pool.Get().(*cpuJob)
 	j.f = f
-	if err := l.submit(ctx, j); err != nil {
-		j.f = nil
-		l.pool.Put(j)
-		return err
+	var r cpuResult
+	if r.err = l.submit(ctx, j); r.err == nil {
+		r = <-j.done
 	}
-	r := <-j.done
 	j.f = nil
 	l.pool.Put(j)
 	switch {

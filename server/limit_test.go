@@ -14,8 +14,7 @@ import (
 )
 
 func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newCPULimiter(1, time.Second)
+	limiterTest(t, 1, time.Second, func(t *testing.T, l *cpuLimiter) {
 		release := make(chan struct{})
 		go func() { _ = l.do(context.Background(), func() error { <-release; return nil }) }()
 		synctest.Wait() // the slot is taken
@@ -63,14 +62,12 @@ func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 		if err := l.do(context.Background(), func() error { return nil }); err != nil {
 			t.Fatalf("do() after idle exit: %v", err)
 		}
-		time.Sleep(cpuIdleExit)
 	})
 }
 
 func TestCPULimiterRunsAtMostNAtOnce(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		const n = 3
-		l := newCPULimiter(n, time.Minute)
+	const n = 3
+	limiterTest(t, n, time.Minute, func(t *testing.T, l *cpuLimiter) {
 		var running, most int
 		var mu sync.Mutex
 		release := make(chan struct{})
@@ -102,13 +99,11 @@ func TestCPULimiterRunsAtMostNAtOnce(t *testing.T) {
 		if most != n {
 			t.Fatalf("at most %d steps at once, want %d", most, n)
 		}
-		time.Sleep(cpuIdleExit)
 	})
 }
 
 func TestCPULimiterReturnsErrorsAndRaisesPanicsInTheCaller(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newCPULimiter(1, time.Second)
+	limiterTest(t, 1, time.Second, func(t *testing.T, l *cpuLimiter) {
 		boom := errors.New("bad CSR")
 		if err := l.do(context.Background(), func() error { return boom }); !errors.Is(err, boom) {
 			t.Fatalf("do() = %v, want %v", err, boom)
@@ -127,13 +122,11 @@ func TestCPULimiterReturnsErrorsAndRaisesPanicsInTheCaller(t *testing.T) {
 		if err := l.do(context.Background(), func() error { return nil }); err != nil || l.running() != 1 {
 			t.Fatalf("do() after a panic = %v on %d goroutines", err, l.running())
 		}
-		time.Sleep(cpuIdleExit)
 	})
 }
 
 func TestCPULimiterStepThatExitsItsGoroutineExitsTheCallers(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newCPULimiter(1, time.Second)
+	limiterTest(t, 1, time.Second, func(t *testing.T, l *cpuLimiter) {
 		returned := make(chan bool, 1)
 		go func() {
 			defer func() { returned <- false }()
@@ -146,15 +139,13 @@ func TestCPULimiterStepThatExitsItsGoroutineExitsTheCallers(t *testing.T) {
 		if err := l.do(context.Background(), func() error { return nil }); err != nil || l.running() != 1 {
 			t.Fatalf("do() after a Goexit = %v on %d goroutines, want nil on 1", err, l.running())
 		}
-		time.Sleep(cpuIdleExit)
 	})
 }
 
 // A caller that finds the only goroutine just as it gives up waiting for
 // work is served by it or by a new one, never left waiting.
 func TestCPULimiterCallerAtIdleExitIsServed(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		l := newCPULimiter(1, time.Minute)
+	limiterTest(t, 1, time.Minute, func(t *testing.T, l *cpuLimiter) {
 		for i := range 200 {
 			if err := l.do(context.Background(), func() error { return nil }); err != nil {
 				t.Fatalf("round %d: %v", i, err)
@@ -165,6 +156,15 @@ func TestCPULimiterCallerAtIdleExitIsServed(t *testing.T) {
 				t.Fatalf("round %d: do() at the idle exit = %v after %v", i, err, time.Since(start))
 			}
 		}
+	})
+}
+
+// limiterTest runs test in a synctest bubble with a new limiter, then
+// waits until the limiter's goroutines have exited, as the bubble requires.
+func limiterTest(t *testing.T, n int, wait time.Duration, test func(*testing.T, *cpuLimiter)) {
+	synctest.Test(t, func(t *testing.T) {
+		l := newCPULimiter(n, wait)
+		test(t, l)
 		time.Sleep(cpuIdleExit)
 	})
 }
