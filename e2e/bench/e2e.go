@@ -31,7 +31,7 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
 	args := []string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}
-	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" {
+	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" {
 		args = append(args, "--pprof")
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -181,7 +181,7 @@ func (p prefixWriter) Write(b []byte) (int, error) {
 // the rate.
 func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string) (float64, error) {
 	b.logf("end to end at the maximum rate: %d ztunnels × %d identities, %v after %v warm-up", b.opts.ztunnels, b.opts.identities, b.opts.duration, b.opts.warmup)
-	profiled := b.profile(ctx, b.opts.cpuProfile, b.opts.warmup)
+	profiled := b.profile(ctx, "profile", b.opts.cpuProfile, b.opts.warmup)
 	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--duration", b.opts.duration.String(), "--warmup", b.opts.warmup.String())
 	profiled()
 	if err != nil {
@@ -210,29 +210,29 @@ func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlan
 	return s.CertsPerSec, nil
 }
 
-// profile starts taking the server's CPU profile into path for the
-// measured window of a load run that warms up for warmup, and returns the
-// function that waits for it and logs the outcome. With no path, it does
-// nothing.
-func (b *bench) profile(ctx context.Context, path string, warmup time.Duration) (wait func()) {
+// profile starts taking the server's profile of kind ("profile": CPU,
+// or "trace": execution trace) into path for the measured window of a load
+// run that warms up for warmup, and returns the function that waits for
+// it and logs the outcome. With no path, it does nothing.
+func (b *bench) profile(ctx context.Context, kind, path string, warmup time.Duration) (wait func()) {
 	if path == "" {
 		return func() {}
 	}
 	done := make(chan error, 1)
-	go func() { done <- b.fetchProfile(ctx, path, warmup) }()
+	go func() { done <- b.fetchProfile(ctx, kind, path, warmup) }()
 	return func() {
 		if err := <-done; err != nil {
-			b.logf("  CPU profile: %v", err)
+			b.logf("  server %s: %v", kind, err)
 			return
 		}
-		b.logf("  server CPU profile: %s", path)
+		b.logf("  server %s: %s", kind, path)
 	}
 }
 
-// fetchProfile takes the server's CPU profile into path during the
+// fetchProfile takes the server's profile of kind into path during the
 // measured window of a load run (approximately: from 1s after the warm-up
 // for the window less 2s).
-func (b *bench) fetchProfile(ctx context.Context, path string, warmup time.Duration) error {
+func (b *bench) fetchProfile(ctx context.Context, kind, path string, warmup time.Duration) error {
 	secs := max(1, int((b.opts.duration - 2*time.Second).Seconds()))
 	select {
 	case <-time.After(warmup + time.Second):
@@ -240,7 +240,7 @@ func (b *bench) fetchProfile(ctx context.Context, path string, warmup time.Durat
 		return ctx.Err()
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		"http://"+b.adminAddr+"/debug/pprof/profile?seconds="+strconv.Itoa(secs), http.NoBody)
+		"http://"+b.adminAddr+"/debug/pprof/"+kind+"?seconds="+strconv.Itoa(secs), http.NoBody)
 	if err != nil {
 		return err
 	}
@@ -267,10 +267,12 @@ func (b *bench) fetchProfile(ctx context.Context, path string, warmup time.Durat
 // maximum) for latency.
 func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string, rate float64) error {
 	b.logf("end to end at half the maximum rate: %.0f requests/s, open loop", rate)
-	profiled := b.profile(ctx, b.opts.halfCPUProfile, b.opts.halfWarmup)
+	profiled := b.profile(ctx, "profile", b.opts.halfCPUProfile, b.opts.halfWarmup)
+	traced := b.profile(ctx, "trace", b.opts.halfTrace, b.opts.halfWarmup)
 	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--rate", strconv.FormatFloat(rate, 'f', 1, 64),
 		"--duration", b.opts.duration.String(), "--warmup", b.opts.halfWarmup.String())
 	profiled()
+	traced()
 	if err != nil {
 		return err
 	}

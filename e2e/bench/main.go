@@ -49,6 +49,7 @@ type options struct {
 	floorTime                      time.Duration
 	podindex                       bool
 	cpuProfile, halfCPUProfile     string
+	halfTrace                      string
 	keep                           bool
 	strict                         bool
 	placement                      string
@@ -77,6 +78,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.podindex, "podindex", true, "run the pod index benchmarks")
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the maximum-rate run here (serves with --pprof)")
 	fs.StringVar(&o.halfCPUProfile, "half-cpuprofile", "", "write the server's CPU profile during the half-rate run here (serves with --pprof)")
+	fs.StringVar(&o.halfTrace, "half-trace", "", "write the server's execution trace during the half-rate run here (serves with --pprof)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
