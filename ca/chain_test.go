@@ -99,6 +99,48 @@ func TestIssueServing(t *testing.T) {
 	}
 }
 
+// TestIssueServingRefusesNamesAConstraintForbids issues serving
+// certificates under a CA whose DNS name constraints a TLS client would
+// apply to them: refused with the reason, not served to clients that
+// reject it. The SPIFFE leaves of the same chain are not concerned.
+func TestIssueServingRefusesNamesAConstraintForbids(t *testing.T) {
+	now := testNow()
+	names := []string{"workload-ca.workload-ca.svc"}
+	tests := []struct {
+		name  string
+		above testca.Option // of the CA that issued the signing certificate
+		want  bool          // issued
+	}{
+		{name: "no constraints", above: func(*x509.Certificate) {}, want: true},
+		{name: "DNS names permitted in another domain", above: func(c *x509.Certificate) {
+			c.PermittedDNSDomains = []string{"corp.example"}
+		}},
+		{name: "DNS names permitted in ours", above: func(c *x509.Certificate) {
+			c.PermittedDNSDomains = []string{"svc"}
+		}, want: true},
+		{name: "our DNS names excluded", above: func(c *x509.Certificate) {
+			c.ExcludedDNSDomains = []string{"workload-ca.svc"}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			root := testca.NewRoot(t, testca.P256)
+			enterprise := testca.NewIntermediate(t, root, testca.P256, tt.above)
+			signing := testca.NewIntermediate(t, enterprise, testca.P256)
+			a := newAuthority(t, signing.Material(), now)
+			key := testca.NewKey(t, testca.P256)
+			_, _, err := a.IssueServing(context.Background(), key.Public(), names, 0)
+			switch {
+			case tt.want && err != nil:
+				t.Fatalf("IssueServing: %v", err)
+			case !tt.want && (err == nil || !strings.Contains(err.Error(), "constraint")):
+				t.Fatalf("IssueServing = %v, want an error naming the constraint", err)
+			}
+			verifySVID(t, signZtunnel(t, a, time.Hour).Chain, now)
+		})
+	}
+}
+
 func TestSetMaterial(t *testing.T) {
 	now := testNow()
 	first := testca.NewRoot(t, testca.P256)

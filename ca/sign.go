@@ -90,5 +90,30 @@ func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsN
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := a.checkServingChain(s, leaf); err != nil {
+		return nil, nil, err
+	}
 	return leaf, slices.Clone(s.above), nil
+}
+
+// checkServingChain verifies a serving certificate through the
+// certificates above it to the root bundle, as a TLS client would. The
+// load-time check of the material (checkLeafChain) issues a leaf with a
+// SPIFFE ID only: a DNS name constraint of a CA above, which the serving
+// certificate's names may break, shows only here. Issued at start and on
+// renewal, not per request.
+func (a *Authority) checkServingChain(s *state, leaf *x509.Certificate) error {
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(),
+		CurrentTime: a.cfg.Clock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	for _, r := range s.roots {
+		opts.Roots.AddCert(r)
+	}
+	for _, c := range s.above {
+		opts.Intermediates.AddCert(c)
+	}
+	if _, err := leaf.Verify(opts); err != nil {
+		return fmt.Errorf("ca: a serving certificate for %v would not verify to the root bundle (a name constraint of a CA above it?): %w",
+			leaf.DNSNames, err)
+	}
+	return nil
 }
