@@ -10,6 +10,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -39,6 +40,10 @@ type ServingCertConfig struct {
 	// the renewal's error once it has expired.
 	RenewRetry time.Duration
 	Clock      clock.PassiveClock
+	// Logger receives a failed renewal (once per distinct error, while it
+	// keeps failing) and the renewal that ends the failures. Default:
+	// discarded.
+	Logger *slog.Logger
 }
 
 // ServingCert keeps a TLS serving certificate issued by our CA. Two thirds
@@ -64,6 +69,9 @@ type ServingCert struct {
 func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, error) {
 	if cfg.Issuer == nil || len(cfg.DNSNames) == 0 {
 		return nil, errors.New("serving certificate: issuer and DNS names are required")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
 	if cfg.TTL <= 0 {
 		cfg.TTL = 24 * time.Hour
@@ -126,6 +134,10 @@ func (s *ServingCert) renewInBackground() {
 // done records a renewal's outcome. Callers hold mu.
 func (s *ServingCert) done(cert *tls.Certificate, issuedBy *x509.Certificate, err error) {
 	if err != nil {
+		if s.renewErr == nil || s.renewErr.Error() != err.Error() {
+			s.cfg.Logger.Error("serving certificate renewal failed; the current one serves until it expires, renewal is retried",
+				"error", err.Error(), "not_after", s.cert.Leaf.NotAfter, "retry_every", s.cfg.RenewRetry)
+		}
 		s.renewErr, s.retryAt = err, s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
 		return
 	}
@@ -139,6 +151,9 @@ func (s *ServingCert) done(cert *tls.Certificate, issuedBy *x509.Certificate, er
 		// with the signing certificate, and the new one's later start
 		// moves the next renewal on.
 		s.install(cert, issuedBy)
+		if s.renewErr != nil {
+			s.cfg.Logger.Info("serving certificate renewed after failures", "not_after", cert.Leaf.NotAfter)
+		}
 		s.renewErr = nil
 	default:
 		s.retryAt = s.cfg.Clock.Now().Add(s.cfg.RenewRetry)

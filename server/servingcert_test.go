@@ -7,6 +7,8 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"errors"
+	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testwait"
 	"github.com/workload-ca/workload-ca/server"
 )
@@ -59,8 +62,10 @@ func TestServingCertRenewal(t *testing.T) {
 		t.Fatal(err)
 	}
 	issuer := &flakyIssuer{Authority: authority}
+	var logs testlog.Buffer
 	sc, err := server.NewServingCert(context.Background(), server.ServingCertConfig{
-		Issuer: issuer, DNSNames: []string{servingName}, TTL: 3 * time.Hour, RenewRetry: 5 * time.Second, Clock: clk})
+		Issuer: issuer, DNSNames: []string{servingName}, TTL: 3 * time.Hour, RenewRetry: 5 * time.Second, Clock: clk,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -116,15 +121,29 @@ func TestServingCertRenewal(t *testing.T) {
 
 	clk.Step(4 * time.Hour) // the renewed certificate has expired too
 	issuer.set(true)
+	calls = issuer.count()
 	for range 2 {
 		if _, err := sc.GetCertificate(nil); err == nil {
 			t.Fatal("an expired certificate must not be served when renewal fails")
 		}
+		clk.Step(5 * time.Second)
+	}
+	if n := issuer.count() - calls; n != 2 {
+		t.Fatalf("%d renewals tried by two handshakes RenewRetry apart, want 2", n)
 	}
 	issuer.set(false)
-	clk.Step(5 * time.Second)
 	if got := mustGet(t, sc); !got.Leaf.NotAfter.After(clk.Now()) {
 		t.Fatal("not renewed once the issuer is back")
+	}
+
+	// Two spells of failures, the second one failing twice alike: each
+	// spell logged once, with its error, and its end.
+	out := logs.String()
+	if n := strings.Count(out, "serving certificate renewal failed"); n != 2 || strings.Count(out, "issuer down") != 2 {
+		t.Errorf("renewal failures logged %d times, want once per spell with the error:\n%s", n, out)
+	}
+	if n := strings.Count(out, "serving certificate renewed after failures"); n != 2 {
+		t.Errorf("recoveries logged %d times, want 2:\n%s", n, out)
 	}
 }
 

@@ -432,7 +432,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.serving, err = server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, DNSNames: a.cfg.ServingDNSNames, TTL: a.cfg.ServingTTL})
+	a.serving, err = server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, DNSNames: a.cfg.ServingDNSNames, TTL: a.cfg.ServingTTL, Logger: a.log})
 	if err != nil {
 		return err
 	}
