@@ -135,8 +135,10 @@ func (s *ServingCert) renewInBackground() {
 func (s *ServingCert) done(cert *tls.Certificate, issuedBy *x509.Certificate, err error) {
 	if err != nil {
 		if s.renewErr == nil || s.renewErr.Error() != err.Error() {
-			s.cfg.Logger.Error("serving certificate renewal failed; the current one serves until it expires, renewal is retried",
-				"error", err.Error(), "not_after", s.cert.Leaf.NotAfter, "retry_every", s.cfg.RenewRetry)
+			// The current certificate serves until current_not_after;
+			// after it handshakes fail with this error.
+			s.cfg.Logger.Error("serving certificate renewal failed",
+				"error", err.Error(), "current_not_after", s.cert.Leaf.NotAfter, "retry_every", s.cfg.RenewRetry)
 		}
 		s.renewErr, s.retryAt = err, s.cfg.Clock.Now().Add(s.cfg.RenewRetry)
 		return
