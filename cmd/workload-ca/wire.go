@@ -442,18 +442,22 @@ func (a *app) buildServer(ctx context.Context) error {
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
 	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(), recovery.UnaryServerInterceptor(
-			// A panic the handler did not turn into an error itself: its
-			// stack goes to the log, never to the caller (the default
-			// handler sends it in the status message).
-			recovery.WithRecoveryHandler(func(p any) error {
-				a.log.Error("panic in a gRPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
-				return status.Error(codes.Internal, "internal error")
-			}))),
+		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
+			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))),
 		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod))
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil
+}
+
+// recoverPanic answers a panic that a gRPC handler did not turn into an
+// error itself: its stack goes to log, never to the caller (the
+// interceptor's default handler sends it in the status message).
+func recoverPanic(log *slog.Logger) recovery.RecoveryHandlerFunc {
+	return func(p any) error {
+		log.Error("panic in a gRPC handler", "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		return status.Error(codes.Internal, "internal error")
+	}
 }
 
 func syncedErr(synced bool) error {
