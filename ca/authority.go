@@ -117,19 +117,16 @@ func (a *Authority) checkLeafChain(s *state, m *Material) error {
 	if err != nil {
 		return fmt.Errorf("ca: chain check leaf: %w", err)
 	}
-	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: now}
-	for _, r := range m.Roots {
-		if r.Equal(m.Cert) {
-			r = &signing
+	standIn := func(certs []*x509.Certificate) []*x509.Certificate {
+		out := slices.Clone(certs)
+		for i, c := range out {
+			if c.Equal(m.Cert) {
+				out[i] = &signing
+			}
 		}
-		opts.Roots.AddCert(r)
+		return out
 	}
-	for _, c := range s.above {
-		if c.Equal(m.Cert) {
-			c = &signing
-		}
-		opts.Intermediates.AddCert(c)
-	}
+	opts := verifyOptions(standIn(m.Roots), standIn(s.above), now)
 	// One usage at a time: crypto/x509 accepts a chain that allows any one
 	// of KeyUsages.
 	for _, usage := range []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth, x509.ExtKeyUsageServerAuth} {

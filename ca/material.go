@@ -80,22 +80,23 @@ func (m *Material) checkIntermediates() error {
 // verifyChain checks that Cert chains to Roots at now. This, done once per
 // material, is what lets the signing path skip chain building for leaves.
 func (m *Material) verifyChain(now time.Time) error {
-	opts := x509.VerifyOptions{
-		Roots:         x509.NewCertPool(),
-		Intermediates: x509.NewCertPool(),
-		CurrentTime:   now,
-		KeyUsages:     []x509.ExtKeyUsage{x509.ExtKeyUsageAny},
-	}
-	for _, r := range m.Roots {
-		opts.Roots.AddCert(r)
-	}
-	for _, c := range m.Intermediates {
-		opts.Intermediates.AddCert(c)
-	}
-	if _, err := m.Cert.Verify(opts); err != nil {
+	if _, err := m.Cert.Verify(verifyOptions(m.Roots, m.Intermediates, now, x509.ExtKeyUsageAny)); err != nil {
 		return invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
 	}
 	return nil
+}
+
+// verifyOptions verifies to roots, through intermediates, at now, for
+// usages.
+func verifyOptions(roots, intermediates []*x509.Certificate, now time.Time, usages ...x509.ExtKeyUsage) x509.VerifyOptions {
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(), CurrentTime: now, KeyUsages: usages}
+	for _, r := range roots {
+		opts.Roots.AddCert(r)
+	}
+	for _, c := range intermediates {
+		opts.Intermediates.AddCert(c)
+	}
+	return opts
 }
 
 func checkCA(c *x509.Certificate) error {

@@ -103,15 +103,7 @@ func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsN
 // certificate's names may break, shows only here. Issued at start and on
 // renewal, not per request.
 func (a *Authority) checkServingChain(s *state, leaf *x509.Certificate) error {
-	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), Intermediates: x509.NewCertPool(),
-		CurrentTime: a.cfg.Clock.Now(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
-	for _, r := range s.roots {
-		opts.Roots.AddCert(r)
-	}
-	for _, c := range s.above {
-		opts.Intermediates.AddCert(c)
-	}
-	if _, err := leaf.Verify(opts); err != nil {
+	if _, err := leaf.Verify(verifyOptions(s.roots, s.above, a.cfg.Clock.Now(), x509.ExtKeyUsageServerAuth)); err != nil {
 		return fmt.Errorf("ca: a serving certificate for %v would not verify to the root bundle (a name constraint of a CA above it?): %w",
 			leaf.DNSNames, err)
 	}
