@@ -47,7 +47,6 @@ const yieldBelow = 32
 type cpuLimiter struct {
 	n    int
 	wait time.Duration
-	idle time.Duration
 	// jobs hands a job to an idle goroutine; unbuffered, so a caller that
 	// sends has been taken, and callers blocked on it are served in order.
 	jobs chan *cpuJob
@@ -89,7 +88,7 @@ func (p *stepPanic) Unwrap() error {
 }
 
 func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
-	l := &cpuLimiter{n: n, wait: wait, idle: cpuIdleExit, jobs: make(chan *cpuJob)}
+	l := &cpuLimiter{n: n, wait: wait, jobs: make(chan *cpuJob)}
 	l.pool.New = func() any { return &cpuJob{done: make(chan cpuResult, 1)} }
 	return l
 }
@@ -149,9 +148,9 @@ func (l *cpuLimiter) submit(ctx context.Context, j *cpuJob) error {
 	}
 }
 
-// work runs j, then the jobs that come, until none came for l.idle.
+// work runs j, then the jobs that come, until none came for cpuIdleExit.
 func (l *cpuLimiter) work(j *cpuJob) {
-	idle := time.NewTimer(l.idle)
+	idle := time.NewTimer(cpuIdleExit)
 	defer idle.Stop()
 	for j != nil {
 		l.run(j)
@@ -184,7 +183,7 @@ func (l *cpuLimiter) run(j *cpuJob) {
 	j.done <- cpuResult{err: err}
 }
 
-// next returns the next job, or nil once none came for l.idle and no
+// next returns the next job, or nil once none came for cpuIdleExit and no
 // caller is queued; the goroutine is then no longer counted.
 func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
 	select {
@@ -193,7 +192,7 @@ func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
 	default:
 	}
 	for {
-		idle.Reset(l.idle)
+		idle.Reset(cpuIdleExit)
 		select {
 		case j := <-l.jobs:
 			return j
