@@ -81,12 +81,6 @@ func (p *stepPanic) Error() string {
 	return fmt.Sprintf("%v\n\non the CPU limiter's goroutine:\n%s", p.value, p.stack)
 }
 
-// Unwrap returns the value the step panicked with, if it is an error.
-func (p *stepPanic) Unwrap() error {
-	err, _ := p.value.(error)
-	return err
-}
-
 func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
 	l := &cpuLimiter{n: n, wait: wait, jobs: make(chan *cpuJob)}
 	l.pool.New = func() any { return &cpuJob{done: make(chan cpuResult, 1)} }
