@@ -90,3 +90,31 @@ func TestIstioCompatOffByDefault(t *testing.T) {
 		t.Fatalf("citadel metrics exported without the option: %d, %v", n, err)
 	}
 }
+
+// The Go runtime's garbage collector CPU and scheduling latency are
+// exported, besides the collector's defaults.
+func TestRuntimeMetrics(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg, metrics.Options{})
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	types := map[string]string{}
+	for _, f := range families {
+		types[f.GetName()] = f.GetType().String()
+	}
+	for name, typ := range map[string]string{
+		"go_cpu_classes_gc_total_cpu_seconds_total": "COUNTER",
+		"go_sched_latencies_seconds":                "HISTOGRAM",
+		"go_gc_duration_seconds":                    "SUMMARY",
+		"go_goroutines":                             "GAUGE",
+		"process_cpu_seconds_total":                 "COUNTER",
+	} {
+		if got, ok := types[name]; !ok {
+			t.Errorf("%s is not exported", name)
+		} else if got != typ {
+			t.Errorf("%s is a %s, want a %s", name, got, typ)
+		}
+	}
+}
