@@ -122,6 +122,8 @@ func (r results) table() tableSummary {
 		{key: "half_rate_cpu_steal_percent", format: "%.1f"},
 		{key: "half_rate_cpu_steal_percent_server_cpus", format: "%.1f"},
 		{key: "half_rate_cpu_steal_percent_client_cpus", format: "%.1f"},
+		{key: "half_rate_gc_cycles_per_sec", format: "%.1f"},
+		{key: "half_rate_gc_cpu_ms_per_cycle", format: "%.1f"},
 		{key: "half_rate_errors", format: "%.0f", target: "0", ok: zero},
 		{key: "storm_ztunnels", format: "%.0f"},
 		{key: "storm_certs", format: "%.0f"},
