@@ -1,0 +1,62 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+)
+
+// TestBenchRuns runs the whole bench, briefly and without the pod index,
+// against a real control plane and the built binary: it finishes without
+// error and writes the keys that runs are compared on. It checks no
+// target; the numbers of so short a run say nothing.
+func TestBenchRuns(t *testing.T) {
+	for _, v := range []string{controlplane.EnvBinDir, cahost.EnvBinary} {
+		if os.Getenv(v) == "" {
+			t.Skipf("%s is unset: run `make e2e`", v)
+		}
+	}
+	out := filepath.Join(t.TempDir(), "bench-results.json")
+	code := mainCode(t.Context(), []string{"--out", out, "--podindex=false",
+		"--ztunnels", "4", "--identities", "3", "--storm-ztunnels", "4", "--storm-identities", "3",
+		"--duration", "2s", "--warmup", "500ms", "--half-warmup", "500ms", "--floor-time", "300ms"})
+	if code != 0 {
+		t.Fatalf("bench exited %d", code)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, key := range []string{
+		"floor_certs_per_sec_per_core", "e2e_certs_per_sec", "e2e_server_cores_used", "e2e_ratio_to_floor",
+		"p99_ms_at_half_rate", "storm_distinct_tokens", "start_to_ready_seconds",
+		"half_rate_certs_per_sec", "service_p99_ms_at_half_rate",
+	} {
+		if v, ok := res[key].(float64); !ok || v <= 0 {
+			t.Errorf("%s = %v, want a positive number", key, res[key])
+		}
+	}
+	if v, ok := res["storm_tokenreviews"].(float64); !ok || v < 1 || v > res["storm_distinct_tokens"].(float64) {
+		t.Errorf("storm_tokenreviews = %v, want 1 to storm_distinct_tokens (%v)", res["storm_tokenreviews"], res["storm_distinct_tokens"])
+	}
+	for _, key := range []string{"e2e_errors", "half_rate_errors"} {
+		if v, ok := res[key].(float64); !ok || v != 0 {
+			t.Errorf("%s = %v, want 0", key, res[key])
+		}
+	}
+	// The half-rate window may see no collection end; when it does, both
+	// numbers are there.
+	if _, cycles := res["half_rate_gc_cycles_per_sec"]; cycles {
+		if v, ok := res["half_rate_gc_cpu_ms_per_cycle"].(float64); !ok || v <= 0 {
+			t.Errorf("half_rate_gc_cpu_ms_per_cycle = %v with half_rate_gc_cycles_per_sec set", res["half_rate_gc_cpu_ms_per_cycle"])
+		}
+	}
+}
