@@ -36,11 +36,9 @@ func TestMain(m *testing.M) {
 }
 
 func runSuite(m *testing.M) int {
-	for _, v := range []string{controlplane.EnvBinDir, cahost.EnvBinary} {
-		if os.Getenv(v) == "" {
-			skipReason = v + " is unset: run `make e2e`, which builds the control plane and bin/workload-ca and sets it"
-			return m.Run()
-		}
+	if v := cahost.MissingEnv(); v != "" {
+		skipReason = v + " is unset: run `make e2e`, which builds the control plane and bin/workload-ca and sets it"
+		return m.Run()
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	s, err := newSuite(ctx)

@@ -7,7 +7,6 @@ import (
 	"testing"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
-	"github.com/workload-ca/workload-ca/e2e/controlplane"
 )
 
 // TestBenchRuns runs the whole bench, briefly and without the pod index,
@@ -15,10 +14,8 @@ import (
 // error and writes the keys that runs are compared on. It checks no
 // target; the numbers of so short a run say nothing.
 func TestBenchRuns(t *testing.T) {
-	for _, v := range []string{controlplane.EnvBinDir, cahost.EnvBinary} {
-		if os.Getenv(v) == "" {
-			t.Skipf("%s is unset: run `make e2e`", v)
-		}
+	if v := cahost.MissingEnv(); v != "" {
+		t.Skipf("%s is unset: run `make e2e`", v)
 	}
 	out := filepath.Join(t.TempDir(), "bench-results.json")
 	code := mainCode(t.Context(), []string{"--out", out, "--podindex=false",

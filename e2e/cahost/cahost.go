@@ -26,12 +26,25 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
 	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 	"github.com/workload-ca/workload-ca/proto/capb"
 )
 
 // EnvBinary names the environment variable that gives the default Binary.
 const EnvBinary = "WORKLOAD_CA_BINARY"
+
+// MissingEnv returns the first unset variable of the two that tests running
+// the built binary against a real control plane need (`make e2e` sets
+// both), or "" when both are set.
+func MissingEnv() string {
+	for _, v := range []string{controlplane.EnvBinDir, EnvBinary} {
+		if os.Getenv(v) == "" {
+			return v
+		}
+	}
+	return ""
+}
 
 // ServerName is the DNS name of the CA's serving certificate, which clients
 // verify (the CA listens on 127.0.0.1).

@@ -9,16 +9,13 @@ import (
 	"time"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
-	"github.com/workload-ca/workload-ca/e2e/controlplane"
 )
 
 // TestDemoExit runs the demo as `go run ./e2e/demo --exit` would and checks
 // what it prints and that it cleans up after itself.
 func TestDemoExit(t *testing.T) {
-	for _, v := range []string{controlplane.EnvBinDir, cahost.EnvBinary} {
-		if os.Getenv(v) == "" {
-			t.Skipf("%s is unset: run `make e2e`", v)
-		}
+	if v := cahost.MissingEnv(); v != "" {
+		t.Skipf("%s is unset: run `make e2e`", v)
 	}
 	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
 	defer cancel()
