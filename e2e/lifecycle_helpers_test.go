@@ -8,9 +8,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"io"
 	"net"
-	"net/http"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -310,25 +308,7 @@ func waitLogLines(t *testing.T, ca *cahost.CA, parts ...string) []string {
 // scrapeCA fetches and parses ca's /metrics without failing the test, for
 // polling loops and goroutines.
 func scrapeCA(ctx context.Context, ca *cahost.CA) (promserver.Samples, error) {
-	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+ca.AdminAddr()+"/metrics", http.NoBody)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("/metrics: %s", resp.Status)
-	}
-	return promserver.ParseText(body)
+	return promserver.Scrape(ctx, ca.AdminAddr())
 }
 
 // metricPhase returns the phase whose workload_ca_rotation_phase is 1.

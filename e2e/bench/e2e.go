@@ -269,10 +269,10 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	b.logf("end to end at half the maximum rate: %.0f requests/s, open loop", rate)
 	profiled := b.profile(ctx, "profile", b.opts.halfCPUProfile, b.opts.halfWarmup)
 	traced := b.profile(ctx, "trace", b.opts.halfTrace, b.opts.halfWarmup)
-	gcEnd := b.watchGC(ctx, "half_rate", b.opts.halfWarmup)
+	gc := b.watchGC(ctx, b.opts.halfWarmup)
 	r, err := b.runLoadtest(ctx, cp, ca, "--plan", plan, "--rate", strconv.FormatFloat(rate, 'f', 1, 64),
 		"--duration", b.opts.duration.String(), "--warmup", b.opts.halfWarmup.String())
-	recordGC := gcEnd()
+	b.stopGC(ctx, gc)
 	profiled()
 	traced()
 	if err != nil {
@@ -309,7 +309,7 @@ func (b *bench) measureHalfRate(ctx context.Context, cp *controlplane.ControlPla
 	b.res.set("service_p99_ms_at_half_rate", ms(quantile(took, 0.99)))
 	b.logf("  the service itself (audit log, %d requests): p50 %.2fms, p99 %.2fms",
 		len(took), ms(quantile(took, 0.50)), ms(quantile(took, 0.99)))
-	recordGC()
+	b.recordGC("half_rate", gc)
 	return nil
 }
 

@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
-	"net/http"
 	"time"
 
 	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
@@ -19,13 +16,9 @@ type gcCounters struct {
 	cpu    float64 // go_cpu_classes_gc_total_cpu_seconds_total (the runtime's estimate)
 }
 
-// parseGCCounters reads the garbage collection counters from a scrape taken
+// gcCountersOf reads the garbage collection counters from a scrape taken
 // at.
-func parseGCCounters(scrape []byte, at time.Time) (gcCounters, error) {
-	samples, err := promserver.ParseText(scrape)
-	if err != nil {
-		return gcCounters{}, err
-	}
+func gcCountersOf(samples promserver.Samples, at time.Time) (gcCounters, error) {
 	c := gcCounters{at: at}
 	var n int
 	if c.cycles, n = samples.Sum("go_gc_duration_seconds_count"); n != 1 {
@@ -50,36 +43,29 @@ func gcRates(a, b gcCounters) (perSec, cpuMSEach float64, ok bool) {
 
 // scrapeGC reads the CA's garbage collection counters from its admin port.
 func (b *bench) scrapeGC(ctx context.Context) (gcCounters, error) {
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+b.adminAddr+"/metrics", http.NoBody)
+	samples, err := promserver.Scrape(ctx, b.adminAddr)
 	if err != nil {
 		return gcCounters{}, err
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return gcCounters{}, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return gcCounters{}, fmt.Errorf("GET /metrics: %s", resp.Status)
-	}
-	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return gcCounters{}, err
-	}
-	return parseGCCounters(body, time.Now())
+	return gcCountersOf(samples, time.Now())
+}
+
+// gcWatch measures the CA's collections over a load run: from a scrape
+// after the warm-up to one at the end.
+type gcWatch struct {
+	first    chan gcCounters // closed without a value when the first scrape failed (it logs why)
+	from, to gcCounters
+	ok       bool // both scrapes done
 }
 
 // watchGC scrapes the CA's garbage collection counters once the load run's
 // warm-up has passed (approximately, as fetchProfile: a second after it,
-// the load generator taking time to prepare). The function it returns scrapes them again (call it when the
-// load run ends), and returns the one that records the rates between the
-// two scrapes as phase_gc_* and logs them.
-func (b *bench) watchGC(ctx context.Context, phase string, warmup time.Duration) (end func() (record func())) {
-	first := make(chan gcCounters, 1)
+// the load generator taking time to prepare). Call stopGC when the run ends,
+// then recordGC.
+func (b *bench) watchGC(ctx context.Context, warmup time.Duration) *gcWatch {
+	w := &gcWatch{first: make(chan gcCounters, 1)}
 	go func() {
-		defer close(first)
+		defer close(w.first)
 		select {
 		case <-time.After(warmup + time.Second):
 		case <-ctx.Done():
@@ -88,28 +74,38 @@ func (b *bench) watchGC(ctx context.Context, phase string, warmup time.Duration)
 		if c, err := b.scrapeGC(ctx); err != nil {
 			b.logf("  garbage collection counters: %v", err)
 		} else {
-			first <- c
+			w.first <- c
 		}
 	}()
-	return func() func() {
-		a, ok := <-first
-		if !ok {
-			return func() {}
-		}
-		c, err := b.scrapeGC(ctx)
-		return func() {
-			if err != nil {
-				b.logf("  garbage collection counters: %v", err)
-				return
-			}
-			perSec, cpuMS, ok := gcRates(a, c)
-			if !ok {
-				b.logf("  garbage collection: no cycle completed")
-				return
-			}
-			b.res.set(phase+"_gc_cycles_per_sec", perSec)
-			b.res.set(phase+"_gc_cpu_ms_per_cycle", cpuMS)
-			b.logf("  garbage collection: %.1f cycles/s, %.1f ms of CPU each (the Go runtime's estimate)", perSec, cpuMS)
-		}
+	return w
+}
+
+// stopGC scrapes the counters again, once the first scrape is done.
+func (b *bench) stopGC(ctx context.Context, w *gcWatch) {
+	from, ok := <-w.first
+	if !ok {
+		return
 	}
+	to, err := b.scrapeGC(ctx)
+	if err != nil {
+		b.logf("  garbage collection counters: %v", err)
+		return
+	}
+	w.from, w.to, w.ok = from, to, true
+}
+
+// recordGC records the rates between the two scrapes as phase_gc_* and
+// logs them.
+func (b *bench) recordGC(phase string, w *gcWatch) {
+	if !w.ok {
+		return
+	}
+	perSec, cpuMS, ok := gcRates(w.from, w.to)
+	if !ok {
+		b.logf("  garbage collection: no cycle completed")
+		return
+	}
+	b.res.set(phase+"_gc_cycles_per_sec", perSec)
+	b.res.set(phase+"_gc_cpu_ms_per_cycle", cpuMS)
+	b.logf("  garbage collection: %.1f cycles/s, %.1f ms of CPU each (the Go runtime's estimate)", perSec, cpuMS)
 }

@@ -4,6 +4,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
 )
 
 const scrapeText = `# HELP go_gc_duration_seconds A summary of the wall-time pause (stop-the-world) duration in garbage collection cycles.
@@ -20,7 +22,16 @@ go_cpu_classes_gc_total_cpu_seconds_total 0.21
 workload_ca_leader 1
 `
 
-func TestParseGCCounters(t *testing.T) {
+// parseGCCounters reads the counters from a scrape's text.
+func parseGCCounters(scrape []byte, at time.Time) (gcCounters, error) {
+	samples, err := promserver.ParseText(scrape)
+	if err != nil {
+		return gcCounters{}, err
+	}
+	return gcCountersOf(samples, at)
+}
+
+func TestGCCountersOf(t *testing.T) {
 	at := time.Unix(100, 0)
 	c, err := parseGCCounters([]byte(scrapeText), at)
 	if err != nil {

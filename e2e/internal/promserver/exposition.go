@@ -2,7 +2,12 @@ package promserver
 
 import (
 	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
 	"strconv"
+	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -18,6 +23,29 @@ type Sample struct {
 
 // Samples is a parsed scrape.
 type Samples []Sample
+
+// Scrape fetches and parses http://addr/metrics, giving up after 5s.
+func Scrape(ctx context.Context, addr string) (Samples, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+addr+"/metrics", http.NoBody)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("/metrics: %s", resp.Status)
+	}
+	return ParseText(body)
+}
 
 // ParseText parses the Prometheus text exposition format with
 // prometheus/common's parser and flattens it into one sample per line as
