@@ -24,15 +24,16 @@ import (
 type Authority struct {
 	cfg   Config
 	state atomic.Pointer[state]
-	// templates recycles leaf templates (*x509.Certificate, over a KiB
-	// each): x509.CreateCertificate keeps no reference to its template.
-	templates sync.Pool
+	// tbsBuffers recycles the buffers leaves are encoded in (*[]byte): the
+	// signature and the certificate copy what they need.
+	tbsBuffers sync.Pool
 }
 
 // state is everything the signing path needs, computed once per material
 // and never mutated afterwards.
 type state struct {
 	signer crypto.Signer
+	enc    *leafEncoder
 	cert   *x509.Certificate
 	// above is the certificates to send between a leaf and the root
 	// bundle: the signing certificate unless it is a root, then the
@@ -53,7 +54,7 @@ func New(cfg Config, m *Material) (*Authority, error) {
 		return nil, err
 	}
 	a := &Authority{cfg: cfg}
-	a.templates.New = func() any { return new(x509.Certificate) }
+	a.tbsBuffers.New = func() any { b := make([]byte, 0, 1024); return &b }
 	if err := a.SetMaterial(m); err != nil {
 		return nil, err
 	}
@@ -69,7 +70,10 @@ func (a *Authority) SetMaterial(m *Material) error {
 	if err := checkTrustDomain(m.Cert, a.cfg.TrustDomain); err != nil {
 		return err
 	}
-	s := newState(m)
+	s, err := newState(m)
+	if err != nil {
+		return err
+	}
 	if err := a.checkLeafChain(s, m); err != nil {
 		return err
 	}
@@ -150,8 +154,13 @@ func (a *Authority) SigningCert() *x509.Certificate {
 
 // newState precomputes the PEM elements of every chain the authority
 // returns, so that signing never encodes or parses CA material.
-func newState(m *Material) *state {
+func newState(m *Material) (*state, error) {
+	enc, err := newLeafEncoder(m.Cert, m.Signer.Public())
+	if err != nil {
+		return nil, invalidMaterial("signing key: %v", err)
+	}
 	s := &state{
+		enc:    enc,
 		signer: m.Signer,
 		cert:   m.Cert,
 		roots:  slices.Clone(m.Roots),
@@ -169,7 +178,7 @@ func newState(m *Material) *state {
 		b.WriteString(encodeCert(r.Raw))
 	}
 	s.rootsPEM = b.String()
-	return s
+	return s, nil
 }
 
 // checkTrustDomain refuses a signing certificate that names itself, with a

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"math/big"
-	"net/url"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -27,25 +26,35 @@ type leafSpec struct {
 // serialAttempts bounds retries when the random source yields a zero serial.
 const serialAttempts = 4
 
-// issue builds the template for spec, signs it with s, and verifies the
-// result. x509.CreateCertificate already checks the signature it produced,
-// so verification looks only at content.
+// issue encodes the leaf of spec, signs it with s, and verifies the
+// result: the signature once, with the signing certificate's key (as
+// x509.CreateCertificate would), and the parsed content against spec.
 func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
-	tmpl := a.templates.Get().(*x509.Certificate)
-	defer func() {
-		*tmpl = x509.Certificate{} // the pool must not keep the request's key alive
-		a.templates.Put(tmpl)
-	}()
-	if err := a.template(s.cert, spec, tmpl); err != nil {
+	f, err := a.fields(s.cert, spec)
+	if err != nil {
 		return nil, err
 	}
-	der, err := x509.CreateCertificate(a.cfg.Rand, tmpl, s.cert, spec.pub, s.signer)
+	buf := a.tbsBuffers.Get().(*[]byte)
+	defer a.tbsBuffers.Put(buf)
+	tbs, err := s.enc.appendTBS((*buf)[:0], &f)
+	if err != nil {
+		return nil, fmt.Errorf("ca: encoding the certificate: %w", err)
+	}
+	*buf = tbs
+	signature, err := crypto.SignMessage(s.signer, a.cfg.Rand, tbs, s.enc.sig.hash)
 	if err != nil {
 		return nil, fmt.Errorf("ca: signing: %w", err)
+	}
+	der, err := s.enc.certificate(tbs, signature)
+	if err != nil {
+		return nil, fmt.Errorf("ca: encoding the certificate: %w", err)
 	}
 	leaf, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, fmt.Errorf("ca: parsing the issued certificate: %w", err)
+	}
+	if err := s.cert.CheckSignature(leaf.SignatureAlgorithm, leaf.RawTBSCertificate, leaf.Signature); err != nil {
+		return nil, fmt.Errorf("%w: signature: %w", errIssuedInvalid, err)
 	}
 	if err := checkIssued(leaf, s.cert, spec); err != nil {
 		return nil, err
@@ -53,35 +62,38 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 	return leaf, nil
 }
 
-// template fills t with the leaf template: empty subject (so Go marks the
-// SAN extension critical), a random serial, the names of spec, no CA
+// fields returns the content of the leaf of spec: empty subject (so the
+// SAN extension is critical), a random serial, the names of spec, no CA
 // rights, and a validity window inside the issuer's.
-func (a *Authority) template(issuer *x509.Certificate, spec *leafSpec, t *x509.Certificate) error {
+func (a *Authority) fields(issuer *x509.Certificate, spec *leafSpec) (leafFields, error) {
 	notBefore, notAfter, err := a.validity(issuer, spec.ttl)
 	if err != nil {
-		return err
+		return leafFields{}, err
 	}
 	if spec.maxValidity > 0 && notAfter.Sub(notBefore) > spec.maxValidity {
 		notAfter = notBefore.Add(spec.maxValidity)
 	}
 	serial, err := randomSerial(a.cfg.Rand)
 	if err != nil {
-		return err
+		return leafFields{}, err
 	}
-	*t = x509.Certificate{
-		SerialNumber:          serial,
-		NotBefore:             notBefore,
-		NotAfter:              notAfter,
-		BasicConstraintsValid: true,
-		KeyUsage:              keyUsageFor(spec.pub),
-		ExtKeyUsage:           spec.extKeyUsage,
-		AuthorityKeyId:        issuer.SubjectKeyId,
-		DNSNames:              spec.dnsNames,
+	spki, err := x509.MarshalPKIXPublicKey(spec.pub)
+	if err != nil {
+		return leafFields{}, fmt.Errorf("ca: encoding the public key: %w", err)
+	}
+	f := leafFields{
+		serial:      serial,
+		notBefore:   notBefore,
+		notAfter:    notAfter,
+		spki:        spki,
+		keyUsage:    keyUsageFor(spec.pub),
+		extKeyUsage: spec.extKeyUsage,
+		dnsNames:    spec.dnsNames,
 	}
 	if !spec.id.IsZero() {
-		t.URIs = []*url.URL{spec.id.URL()}
+		f.uri = spec.id.String()
 	}
-	return nil
+	return f, nil
 }
 
 // validity returns NotBefore = now - Backdate and NotAfter = now + ttl,

@@ -25,6 +25,7 @@ type KeyType string
 const (
 	P256    KeyType = "P-256"
 	P384    KeyType = "P-384"
+	P521    KeyType = "P-521"
 	P224    KeyType = "P-224"
 	RSA1024 KeyType = "RSA-1024"
 	RSA2048 KeyType = "RSA-2048"
@@ -43,6 +44,8 @@ func NewKey(t testing.TB, kt KeyType) crypto.Signer {
 		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	case P384:
 		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case P521:
+		k, err = ecdsa.GenerateKey(elliptic.P521(), rand.Reader)
 	case P224:
 		k, err = ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
 	case RSA1024:
