@@ -85,7 +85,7 @@ func signatureParamsFor(pub crypto.PublicKey) (sigParams, error) {
 	}
 	var b cryptobyte.Builder
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		addOID(b, oid)
+		b.AddASN1ObjectIdentifier(oid)
 		if withNull {
 			b.AddASN1NULL()
 		}
@@ -198,7 +198,7 @@ func (e *leafEncoder) addExtensions(b *cryptobyte.Builder, f *leafFields) {
 						b.SetError(fmt.Errorf("unsupported extended key usage %d", u))
 						return
 					}
-					addOID(b, oid)
+					b.AddASN1ObjectIdentifier(oid)
 				}
 			})
 		})
@@ -222,7 +222,7 @@ func (e *leafEncoder) addExtensions(b *cryptobyte.Builder, f *leafFields) {
 // only when true.
 func addExtension(b *cryptobyte.Builder, oid asn1.ObjectIdentifier, critical bool, value cryptobyte.BuilderContinuation) {
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		addOID(b, oid)
+		b.AddASN1ObjectIdentifier(oid)
 		if critical {
 			b.AddASN1Boolean(true)
 		}
@@ -292,17 +292,12 @@ func addTime(b *cryptobyte.Builder, t time.Time) {
 	b.AddASN1GeneralizedTime(t)
 }
 
-func addOID(b *cryptobyte.Builder, oid asn1.ObjectIdentifier) {
-	b.AddASN1ObjectIdentifier(oid)
-}
-
 // certificate returns the DER Certificate of tbs and its signature.
 func (e *leafEncoder) certificate(tbs, signature []byte) ([]byte, error) {
-	sig := &e.sig
-	b := cryptobyte.NewBuilder(make([]byte, 0, len(tbs)+len(sig.ai)+len(signature)+16))
+	b := cryptobyte.NewBuilder(make([]byte, 0, len(tbs)+len(e.sig.ai)+len(signature)+16))
 	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
 		b.AddBytes(tbs)
-		b.AddBytes(sig.ai)
+		b.AddBytes(e.sig.ai)
 		b.AddASN1(cbasn1.BIT_STRING, func(b *cryptobyte.Builder) {
 			b.AddUint8(0)
 			b.AddBytes(signature)
