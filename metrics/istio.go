@@ -35,7 +35,7 @@ func (c *istioCompat) requestDone(result string) {
 	}
 	c.csr.Inc()
 	switch result {
-	case "issued":
+	case resultIssued:
 		c.success.Inc()
 	case "unauthenticated", "denied":
 		c.authnFail.Inc() // istiod reports impersonation denials as authentication failures
