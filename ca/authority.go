@@ -110,7 +110,7 @@ func (a *Authority) checkLeafChain(s *state, m *Material) error {
 		// Valid now, which is all chain verification at now asks of it.
 		SerialNumber: big.NewInt(1), NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Minute),
 		BasicConstraintsValid: true, KeyUsage: x509.KeyUsageDigitalSignature,
-		ExtKeyUsage:    []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		ExtKeyUsage:    svidExtKeyUsage(),
 		AuthorityKeyId: signing.SubjectKeyId, URIs: []*url.URL{id.URL()},
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, &signing, stand.Public(), stand)

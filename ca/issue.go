@@ -30,7 +30,7 @@ const serialAttempts = 4
 // result: the signature once, with the signing certificate's key (as
 // x509.CreateCertificate would), and the parsed content against spec.
 func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
-	f, err := a.fields(s.cert, spec)
+	f, err := a.fields(s.cert, s.enc, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -65,7 +65,7 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 // fields returns the content of the leaf of spec: empty subject (so the
 // SAN extension is critical), a random serial, the names of spec, no CA
 // rights, and a validity window inside the issuer's.
-func (a *Authority) fields(issuer *x509.Certificate, spec *leafSpec) (leafFields, error) {
+func (a *Authority) fields(issuer *x509.Certificate, enc *leafEncoder, spec *leafSpec) (leafFields, error) {
 	notBefore, notAfter, err := a.validity(issuer, spec.ttl)
 	if err != nil {
 		return leafFields{}, err
@@ -77,7 +77,7 @@ func (a *Authority) fields(issuer *x509.Certificate, spec *leafSpec) (leafFields
 	if err != nil {
 		return leafFields{}, err
 	}
-	spki, err := x509.MarshalPKIXPublicKey(spec.pub)
+	spki, err := enc.marshalSPKI(spec.pub)
 	if err != nil {
 		return leafFields{}, fmt.Errorf("ca: encoding the public key: %w", err)
 	}

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"math/big"
+	"slices"
 	"time"
 	"unicode/utf8"
 
@@ -48,6 +49,9 @@ func oidSHA256WithRSA() asn1.ObjectIdentifier {
 	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
 }
 func oidEd25519() asn1.ObjectIdentifier     { return asn1.ObjectIdentifier{1, 3, 101, 112} }
+func oidECPublicKey() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{1, 2, 840, 10045, 2, 1} }
+func oidP256() asn1.ObjectIdentifier        { return asn1.ObjectIdentifier{1, 2, 840, 10045, 3, 1, 7} }
+func oidP384() asn1.ObjectIdentifier        { return asn1.ObjectIdentifier{1, 3, 132, 0, 34} }
 func oidKeyUsage() asn1.ObjectIdentifier    { return asn1.ObjectIdentifier{2, 5, 29, 15} }
 func oidExtKeyUsage() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{2, 5, 29, 37} }
 func oidBasicConstraints() asn1.ObjectIdentifier {
@@ -109,7 +113,34 @@ type leafEncoder struct {
 	// the SANs: basicConstraints (cA FALSE) and authorityKeyIdentifier
 	// (the signing certificate's subject key identifier, if it has one).
 	shared []byte
+	// usages is the key usage and extended key usage extensions of the
+	// CA's leaf profiles (SVID, serving) for each key usage keyUsageFor
+	// gives: every SVID to an ECDSA key carries the same bytes.
+	usages []encodedUsage
+	// ecKeys is the start of the SubjectPublicKeyInfo of an ECDSA key on
+	// each curve CheckPublicKey accepts: the same for every key of the
+	// curve, up to its uncompressed point, which is of fixed length.
+	ecKeys []ecKeyPrefix
 }
+
+type encodedUsage struct {
+	keyUsage    x509.KeyUsage
+	extKeyUsage []x509.ExtKeyUsage
+	der         []byte
+}
+
+type ecKeyPrefix struct {
+	curve  elliptic.Curve
+	prefix []byte
+}
+
+// svidExtKeyUsage and servingExtKeyUsage are the extended key usages of
+// the CA's two kinds of leaf: workload SVIDs (mTLS both ways) and the
+// serving certificate of its own endpoint.
+func svidExtKeyUsage() []x509.ExtKeyUsage {
+	return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth}
+}
+func servingExtKeyUsage() []x509.ExtKeyUsage { return []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth} }
 
 func newLeafEncoder(issuer *x509.Certificate, signer crypto.PublicKey) (*leafEncoder, error) {
 	sig, err := signatureParamsFor(signer)
@@ -138,7 +169,69 @@ func newLeafEncoder(issuer *x509.Certificate, signer crypto.PublicKey) (*leafEnc
 	if err != nil {
 		return nil, err
 	}
-	return &leafEncoder{sig: sig, version: version, issuer: issuer.RawSubject, shared: shared}, nil
+	e := &leafEncoder{sig: sig, version: version, issuer: issuer.RawSubject, shared: shared}
+	for _, ku := range []x509.KeyUsage{x509.KeyUsageDigitalSignature, x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment} {
+		for _, eku := range [][]x509.ExtKeyUsage{svidExtKeyUsage(), servingExtKeyUsage()} {
+			var b cryptobyte.Builder
+			addUsageExtensions(&b, ku, eku)
+			der, err := b.Bytes()
+			if err != nil {
+				return nil, err
+			}
+			e.usages = append(e.usages, encodedUsage{keyUsage: ku, extKeyUsage: eku, der: der})
+		}
+	}
+	for _, c := range []struct {
+		curve elliptic.Curve
+		oid   asn1.ObjectIdentifier
+	}{{elliptic.P256(), oidP256()}, {elliptic.P384(), oidP384()}} {
+		prefix, err := ecSPKIPrefix(c.curve, c.oid)
+		if err != nil {
+			return nil, err
+		}
+		e.ecKeys = append(e.ecKeys, ecKeyPrefix{curve: c.curve, prefix: prefix})
+	}
+	return e, nil
+}
+
+// ecSPKIPrefix encodes the SubjectPublicKeyInfo of a key on curve with a
+// point of zeros, and returns it without the point.
+func ecSPKIPrefix(curve elliptic.Curve, oid asn1.ObjectIdentifier) ([]byte, error) {
+	pointLen := 1 + 2*((curve.Params().BitSize+7)/8)
+	var b cryptobyte.Builder
+	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+			b.AddASN1ObjectIdentifier(oidECPublicKey())
+			b.AddASN1ObjectIdentifier(oid)
+		})
+		b.AddASN1BitString(make([]byte, pointLen))
+	})
+	der, err := b.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	return der[:len(der)-pointLen], nil
+}
+
+// marshalSPKI returns what x509.MarshalPKIXPublicKey returns for pub. For
+// the ECDSA keys of CheckPublicKey's curves, every ztunnel's, it appends
+// the point to the curve's prefix instead of encoding by reflection.
+func (e *leafEncoder) marshalSPKI(pub crypto.PublicKey) ([]byte, error) {
+	k, ok := pub.(*ecdsa.PublicKey)
+	if !ok {
+		return x509.MarshalPKIXPublicKey(pub)
+	}
+	for _, c := range e.ecKeys {
+		if c.curve != k.Curve {
+			continue
+		}
+		point, err := k.Bytes()
+		if err != nil {
+			return nil, err
+		}
+		return append(append(make([]byte, 0, len(c.prefix)+len(point)), c.prefix...), point...), nil
+	}
+	return x509.MarshalPKIXPublicKey(pub)
 }
 
 // leafFields is what differs between the leaves of one signing
@@ -186,22 +279,10 @@ var emptyName = [...]byte{0x30, 0x00}
 // The subject is empty, so the SAN extension is critical (RFC 5280,
 // 4.2.1.6).
 func (e *leafEncoder) addExtensions(b *cryptobyte.Builder, f *leafFields) {
-	if f.keyUsage != 0 {
-		addExtension(b, oidKeyUsage(), true, func(b *cryptobyte.Builder) { addKeyUsage(b, f.keyUsage) })
-	}
-	if len(f.extKeyUsage) > 0 {
-		addExtension(b, oidExtKeyUsage(), false, func(b *cryptobyte.Builder) {
-			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-				for _, u := range f.extKeyUsage {
-					oid, ok := extKeyUsageOID(u)
-					if !ok {
-						b.SetError(fmt.Errorf("unsupported extended key usage %d", u))
-						return
-					}
-					b.AddASN1ObjectIdentifier(oid)
-				}
-			})
-		})
+	if der, ok := e.encodedUsage(f.keyUsage, f.extKeyUsage); ok {
+		b.AddBytes(der)
+	} else {
+		addUsageExtensions(b, f.keyUsage, f.extKeyUsage)
 	}
 	b.AddBytes(e.shared)
 	if len(f.dnsNames) > 0 || f.uri != "" {
@@ -212,6 +293,39 @@ func (e *leafEncoder) addExtensions(b *cryptobyte.Builder, f *leafFields) {
 				}
 				if f.uri != "" {
 					addIA5(b, 6, f.uri) // uniformResourceIdentifier
+				}
+			})
+		})
+	}
+}
+
+// encodedUsage returns the usage extensions of a profile encoded when the
+// material was loaded.
+func (e *leafEncoder) encodedUsage(ku x509.KeyUsage, eku []x509.ExtKeyUsage) ([]byte, bool) {
+	for _, u := range e.usages {
+		if u.keyUsage == ku && slices.Equal(u.extKeyUsage, eku) {
+			return u.der, true
+		}
+	}
+	return nil, false
+}
+
+// addUsageExtensions writes the key usage extension (critical) and the
+// extended key usage extension, each if there is a usage to write.
+func addUsageExtensions(b *cryptobyte.Builder, ku x509.KeyUsage, eku []x509.ExtKeyUsage) {
+	if ku != 0 {
+		addExtension(b, oidKeyUsage(), true, func(b *cryptobyte.Builder) { addKeyUsage(b, ku) })
+	}
+	if len(eku) > 0 {
+		addExtension(b, oidExtKeyUsage(), false, func(b *cryptobyte.Builder) {
+			b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
+				for _, u := range eku {
+					oid, ok := extKeyUsageOID(u)
+					if !ok {
+						b.SetError(fmt.Errorf("unsupported extended key usage %d", u))
+						return
+					}
+					b.AddASN1ObjectIdentifier(oid)
 				}
 			})
 		})

@@ -30,7 +30,7 @@ func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 		id:          r.ID,
 		ttl:         a.cfg.clampTTL(r.TTL),
 		maxValidity: r.MaxValidity,
-		extKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
+		extKeyUsage: svidExtKeyUsage(),
 	})
 	if err != nil {
 		return nil, err
@@ -85,7 +85,7 @@ func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsN
 		pub:         pub,
 		dnsNames:    slices.Clone(dnsNames),
 		ttl:         a.cfg.clampTTL(ttl),
-		extKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		extKeyUsage: servingExtKeyUsage(),
 	})
 	if err != nil {
 		return nil, nil, err
