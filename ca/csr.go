@@ -75,12 +75,25 @@ func decodeCSRPEM(b []byte) ([]byte, error) {
 	return block.Bytes, nil
 }
 
+// subjectCurves is the curves of the ECDSA keys the CA issues to (an
+// array: checking a request's key allocates nothing).
+func subjectCurves() [2]elliptic.Curve { return [...]elliptic.Curve{elliptic.P256(), elliptic.P384()} }
+
+func isSubjectCurve(c elliptic.Curve) bool {
+	for _, sc := range subjectCurves() {
+		if sc == c {
+			return true
+		}
+	}
+	return false
+}
+
 // CheckPublicKey reports whether the CA issues to pub: ECDSA P-256 and
 // P-384, RSA 2048 to 8192 bits, and Ed25519. Errors wrap ErrInvalidCSR.
 func CheckPublicKey(pub crypto.PublicKey) error {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:
-		if k.Curve != elliptic.P256() && k.Curve != elliptic.P384() {
+		if !isSubjectCurve(k.Curve) {
 			return invalidCSR("unsupported ECDSA curve %s (want P-256 or P-384)", k.Curve.Params().Name)
 		}
 	case *rsa.PublicKey:

@@ -30,7 +30,7 @@ const serialAttempts = 4
 // result: the signature once, with the signing certificate's key (as
 // x509.CreateCertificate would), and the parsed content against spec.
 func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
-	f, err := a.fields(s.cert, s.enc, spec)
+	f, err := a.fields(s, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -65,8 +65,8 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 // fields returns the content of the leaf of spec: empty subject (so the
 // SAN extension is critical), a random serial, the names of spec, no CA
 // rights, and a validity window inside the issuer's.
-func (a *Authority) fields(issuer *x509.Certificate, enc *leafEncoder, spec *leafSpec) (leafFields, error) {
-	notBefore, notAfter, err := a.validity(issuer, spec.ttl)
+func (a *Authority) fields(s *state, spec *leafSpec) (leafFields, error) {
+	notBefore, notAfter, err := a.validity(s.cert, spec.ttl)
 	if err != nil {
 		return leafFields{}, err
 	}
@@ -77,7 +77,7 @@ func (a *Authority) fields(issuer *x509.Certificate, enc *leafEncoder, spec *lea
 	if err != nil {
 		return leafFields{}, err
 	}
-	spki, err := enc.marshalSPKI(spec.pub)
+	spki, err := s.enc.marshalSPKI(spec.pub)
 	if err != nil {
 		return leafFields{}, fmt.Errorf("ca: encoding the public key: %w", err)
 	}

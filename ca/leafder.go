@@ -5,6 +5,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/asn1"
@@ -49,9 +50,6 @@ func oidSHA256WithRSA() asn1.ObjectIdentifier {
 	return asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 11}
 }
 func oidEd25519() asn1.ObjectIdentifier     { return asn1.ObjectIdentifier{1, 3, 101, 112} }
-func oidECPublicKey() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{1, 2, 840, 10045, 2, 1} }
-func oidP256() asn1.ObjectIdentifier        { return asn1.ObjectIdentifier{1, 2, 840, 10045, 3, 1, 7} }
-func oidP384() asn1.ObjectIdentifier        { return asn1.ObjectIdentifier{1, 3, 132, 0, 34} }
 func oidKeyUsage() asn1.ObjectIdentifier    { return asn1.ObjectIdentifier{2, 5, 29, 15} }
 func oidExtKeyUsage() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{2, 5, 29, 37} }
 func oidBasicConstraints() asn1.ObjectIdentifier {
@@ -118,8 +116,8 @@ type leafEncoder struct {
 	// gives: every SVID to an ECDSA key carries the same bytes.
 	usages []encodedUsage
 	// ecKeys is the start of the SubjectPublicKeyInfo of an ECDSA key on
-	// each curve CheckPublicKey accepts: the same for every key of the
-	// curve, up to its uncompressed point, which is of fixed length.
+	// each of subjectCurves: the same for every key of the curve, up to
+	// its uncompressed point, which is of fixed length.
 	ecKeys []ecKeyPrefix
 }
 
@@ -181,41 +179,37 @@ func newLeafEncoder(issuer *x509.Certificate, signer crypto.PublicKey) (*leafEnc
 			e.usages = append(e.usages, encodedUsage{keyUsage: ku, extKeyUsage: eku, der: der})
 		}
 	}
-	for _, c := range []struct {
-		curve elliptic.Curve
-		oid   asn1.ObjectIdentifier
-	}{{elliptic.P256(), oidP256()}, {elliptic.P384(), oidP384()}} {
-		prefix, err := ecSPKIPrefix(c.curve, c.oid)
+	for _, curve := range subjectCurves() {
+		prefix, err := ecSPKIPrefix(curve)
 		if err != nil {
 			return nil, err
 		}
-		e.ecKeys = append(e.ecKeys, ecKeyPrefix{curve: c.curve, prefix: prefix})
+		e.ecKeys = append(e.ecKeys, ecKeyPrefix{curve: curve, prefix: prefix})
 	}
 	return e, nil
 }
 
-// ecSPKIPrefix encodes the SubjectPublicKeyInfo of a key on curve with a
-// point of zeros, and returns it without the point.
-func ecSPKIPrefix(curve elliptic.Curve, oid asn1.ObjectIdentifier) ([]byte, error) {
-	pointLen := 1 + 2*((curve.Params().BitSize+7)/8)
-	var b cryptobyte.Builder
-	b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-		b.AddASN1(cbasn1.SEQUENCE, func(b *cryptobyte.Builder) {
-			b.AddASN1ObjectIdentifier(oidECPublicKey())
-			b.AddASN1ObjectIdentifier(oid)
-		})
-		b.AddASN1BitString(make([]byte, pointLen))
-	})
-	der, err := b.Bytes()
+// ecSPKIPrefix returns what x509.MarshalPKIXPublicKey writes for a key on
+// curve before its point: the encoding of a fresh key, without the point.
+func ecSPKIPrefix(curve elliptic.Curve) ([]byte, error) {
+	k, err := ecdsa.GenerateKey(curve, rand.Reader)
 	if err != nil {
 		return nil, err
 	}
-	return der[:len(der)-pointLen], nil
+	point, err := k.PublicKey.Bytes()
+	if err != nil {
+		return nil, err
+	}
+	der, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	return der[:len(der)-len(point)], nil
 }
 
 // marshalSPKI returns what x509.MarshalPKIXPublicKey returns for pub. For
-// the ECDSA keys of CheckPublicKey's curves, every ztunnel's, it appends
-// the point to the curve's prefix instead of encoding by reflection.
+// the ECDSA keys of subjectCurves, every ztunnel's, it appends the point
+// to the curve's prefix instead of encoding by reflection.
 func (e *leafEncoder) marshalSPKI(pub crypto.PublicKey) ([]byte, error) {
 	k, ok := pub.(*ecdsa.PublicKey)
 	if !ok {
