@@ -75,3 +75,21 @@ func (e *DenyError) Error() string {
 func Deny(reason Reason, format string, args ...any) error {
 	return &DenyError{Reason: reason, Detail: fmt.Sprintf(format, args...)}
 }
+
+// ErrOverloaded is wrapped when a request is refused to keep the CA within
+// its capacity. It decides nothing: the caller may come back.
+var ErrOverloaded = errors.New("overloaded")
+
+// OverloadError is a refusal for overload that says when the caller
+// should come back.
+type OverloadError struct {
+	// RetryAfter is when a retry has a good chance, from now.
+	RetryAfter time.Duration
+	// Detail says what was full, for the log.
+	Detail string
+}
+
+func (e *OverloadError) Error() string { return "overloaded: " + e.Detail }
+
+// Unwrap makes an OverloadError an ErrOverloaded.
+func (e *OverloadError) Unwrap() error { return ErrOverloaded }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
@@ -14,6 +15,9 @@ type PodInfo struct {
 	UID            string
 	NodeName       string
 	ServiceAccount string
+	// Deletion is the pod's deletionTimestamp: zero unless the pod is
+	// terminating.
+	Deletion time.Time
 }
 
 // Pods answers the policy's questions about pods. Implementations consult a

@@ -20,6 +20,7 @@ type Metrics struct {
 	reviews      *prometheus.CounterVec
 	reviewTime   prometheus.Histogram
 	forged       prometheus.Counter
+	local        *prometheus.CounterVec
 	cacheLookups *prometheus.CounterVec
 	published    *prometheus.CounterVec
 	podCerts     *prometheus.CounterVec
@@ -63,6 +64,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		reviewTime: f.histogram("tokenreview_duration_seconds", "Latency of TokenReview API calls."),
 		forged: f.counter("tokens_forged_total",
 			"Tokens refused without a TokenReview: their signature verifies with no key of the service account issuer."),
+		local: f.counterVec("token_local_verifications_total",
+			"New tokens with a verified signature judged without a TokenReview, by verdict (accepted, rejected, undecided: sent to a TokenReview).", "verdict"),
 		cacheLookups: f.counterVec("tokenreview_cache_lookups_total",
 			"Token review cache lookups by result (hit, miss).", "result"),
 		published: f.counterVec("trustbundle_publish_total",
@@ -111,6 +114,10 @@ func (m *Metrics) ReviewDone(result string, d time.Duration) {
 
 // Forged records a token refused for its signature (tokenreview.Observer).
 func (m *Metrics) Forged() { m.forged.Inc() }
+
+// LocalDecision records a token judged by local verification
+// (tokenreview.Observer).
+func (m *Metrics) LocalDecision(verdict string) { m.local.WithLabelValues(verdict).Inc() }
 
 // CacheLookup records a token review cache lookup (tokenreview.Observer).
 func (m *Metrics) CacheLookup(hit bool) {

@@ -16,6 +16,33 @@ type PodIndexStats struct {
 	LookupsRefused  uint64
 }
 
+// AuthnStats is what authentication reports at scrape time.
+type AuthnStats struct {
+	// PendingReviews are the TokenReviews queued or in flight.
+	PendingReviews int
+	// Accounts is the size of the service account index, and
+	// AccountsSynced whether it has loaded its first list (absent without
+	// local verification: Accounts < 0).
+	Accounts       int
+	AccountsSynced bool
+}
+
+// WatchAuthn exports the TokenReview queue and the service account index,
+// read at each scrape.
+func WatchAuthn(reg prometheus.Registerer, stats func() AuthnStats) {
+	reg.MustRegister(&funcCollector{
+		descs: []*prometheus.Desc{pendingDesc, accountsDesc, accountsSyncedDesc},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := stats()
+			ch <- gauge(pendingDesc, float64(s.PendingReviews))
+			if s.Accounts >= 0 {
+				ch <- gauge(accountsDesc, float64(s.Accounts))
+				ch <- gauge(accountsSyncedDesc, boolf(s.AccountsSynced))
+			}
+		},
+	})
+}
+
 // CAState is the CA's certificates at scrape time.
 type CAState struct {
 	Signing       *x509.Certificate
@@ -83,6 +110,10 @@ var (
 	sasDesc     = desc("podindex_service_accounts", "Service accounts with pods in the pod index.")
 	syncedDesc  = desc("podindex_synced", "1 once the pod index has completed its initial list.")
 	lookupsDesc = desc("podindex_live_lookups_total", "Live API lookups on pod index misses, by result (made, refused by the rate limiter).", "result")
+
+	pendingDesc        = desc("tokenreview_pending", "TokenReviews queued or in flight.")
+	accountsDesc       = desc("saindex_service_accounts", "Service accounts in the index local token verification reads.")
+	accountsSyncedDesc = desc("saindex_synced", "1 once the service account index has completed its initial list.")
 
 	expiryDesc        = desc("ca_cert_expiry_timestamp_seconds", "NotAfter of the CA certificates as a Unix time, by kind (signing, root, intermediate).", "kind")
 	servingExpiryDesc = desc("serving_cert_expiry_timestamp_seconds", "NotAfter of the gRPC serving certificate as a Unix time.")

@@ -160,19 +160,26 @@ func (i *Index) Stats() Stats {
 	return st
 }
 
-// HasPod reports whether a live pod with this UID is in the index. It never
-// calls the API: a pod created moments ago may not be there yet.
-func (i *Index) HasPod(uid string) bool { return i.store.has(uid) }
+// IndexedPod reports whether a live pod with this UID in namespace is in
+// the index, and its deletionTimestamp (zero unless it is terminating). It
+// never calls the API: a pod created moments ago may not be there yet.
+func (i *Index) IndexedPod(namespace, uid string) (deletion time.Time, ok bool) {
+	ns, unix, ok := i.store.podNamespace(uid)
+	if !ok || ns != namespace {
+		return time.Time{}, false
+	}
+	return deletionTime(unix), true
+}
 
 // Pod implements authz.Pods. The index is keyed by UID, so on a hit name is
 // not compared (a UID names one object); namespace is. On a miss one live GET
 // of namespace/name decides.
 func (i *Index) Pod(ctx context.Context, namespace, name, uid string) (authz.PodInfo, bool, error) {
-	if sa, node, ok := i.store.pod(uid); ok {
-		if sa.namespace != namespace {
+	if p, ok := i.store.pod(uid); ok {
+		if p.sa.namespace != namespace {
 			return authz.PodInfo{}, false, nil // that UID is a pod elsewhere
 		}
-		return authz.PodInfo{UID: uid, NodeName: node, ServiceAccount: sa.name}, true, nil
+		return authz.PodInfo{UID: uid, NodeName: p.node, ServiceAccount: p.sa.name, Deletion: deletionTime(p.deletion)}, true, nil
 	}
 	return i.lookupPod(ctx, namespace, name, uid)
 }

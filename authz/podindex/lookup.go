@@ -63,7 +63,7 @@ func (i *Index) lookupPod(ctx context.Context, namespace, name, uid string) (aut
 	if r.uid != uid || !r.live() {
 		return authz.PodInfo{}, false, nil
 	}
-	return authz.PodInfo{UID: r.uid, NodeName: r.node, ServiceAccount: r.serviceAccount}, true, nil
+	return authz.PodInfo{UID: r.uid, NodeName: r.node, ServiceAccount: r.serviceAccount, Deletion: deletionTime(r.deletion)}, true, nil
 }
 
 // lookupOnNode lists the namespace's live pods of serviceAccount on node.

@@ -3,6 +3,7 @@ package podindex
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metainternalversion "k8s.io/apimachinery/pkg/apis/meta/internalversion"
@@ -38,7 +39,8 @@ func (p *podRef) DeepCopyObject() runtime.Object {
 
 func refOf(p *corev1.Pod) *podRef {
 	return &podRef{
-		ObjectMeta:     metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID},
+		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, UID: p.UID,
+			DeletionTimestamp: p.DeletionTimestamp},
 		NodeName:       p.Spec.NodeName,
 		ServiceAccount: p.Spec.ServiceAccountName,
 		Phase:          p.Status.Phase,
@@ -74,6 +76,9 @@ func compactList(list func(context.Context, metav1.ListOptions) (*corev1.PodList
 type record struct {
 	uid, namespace, node, serviceAccount string
 	phase                                corev1.PodPhase
+	// deletion is the pod's deletionTimestamp in Unix seconds, 0 unless
+	// it is terminating.
+	deletion int64
 }
 
 // live reports whether the pod belongs in the index: scheduled and not
@@ -89,9 +94,10 @@ func (r record) live() bool {
 func recordOf(obj any) (record, error) {
 	switch o := obj.(type) {
 	case *corev1.Pod:
-		return record{string(o.UID), o.Namespace, o.Spec.NodeName, o.Spec.ServiceAccountName, o.Status.Phase}, nil
+		return record{string(o.UID), o.Namespace, o.Spec.NodeName, o.Spec.ServiceAccountName, o.Status.Phase,
+			unixOf(o.DeletionTimestamp)}, nil
 	case *podRef:
-		return record{string(o.UID), o.Namespace, o.NodeName, o.ServiceAccount, o.Phase}, nil
+		return record{string(o.UID), o.Namespace, o.NodeName, o.ServiceAccount, o.Phase, unixOf(o.DeletionTimestamp)}, nil
 	case cache.DeletedFinalStateUnknown:
 		if o.Obj == nil {
 			return record{}, fmt.Errorf("podindex: tombstone %q without an object", o.Key)
@@ -99,4 +105,21 @@ func recordOf(obj any) (record, error) {
 		return recordOf(o.Obj)
 	}
 	return record{}, fmt.Errorf("podindex: unexpected object %T", obj)
+}
+
+// unixOf returns t in Unix seconds, 0 for nil. (A deletionTimestamp has
+// second precision on the wire.)
+func unixOf(t *metav1.Time) int64 {
+	if t == nil {
+		return 0
+	}
+	return t.Unix()
+}
+
+// deletionTime is the inverse of unixOf: the zero time for 0.
+func deletionTime(unix int64) time.Time {
+	if unix == 0 {
+		return time.Time{}
+	}
+	return time.Unix(unix, 0)
 }

@@ -58,9 +58,9 @@ func TestRun(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("no watch opened")
 	}
-	if !idx.HasSynced() || !idx.HasPod(uid1) || idx.HasPod(uid2) || idx.HasPod(uid3) || idx.Stats().Pods != 1 {
+	if !idx.HasSynced() || !idx.hasPod(uid1) || idx.hasPod(uid2) || idx.hasPod(uid3) || idx.Stats().Pods != 1 {
 		t.Fatalf("after sync: synced=%v has(1,2,3)=%v,%v,%v pods=%d; want only uid1",
-			idx.HasSynced(), idx.HasPod(uid1), idx.HasPod(uid2), idx.HasPod(uid3), idx.Stats().Pods)
+			idx.HasSynced(), idx.hasPod(uid1), idx.hasPod(uid2), idx.hasPod(uid3), idx.Stats().Pods)
 	}
 
 	pods := client.CoreV1().Pods("shop")
@@ -74,18 +74,18 @@ func TestRun(t *testing.T) {
 	if _, err := pods.Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "bound pod indexed", func() bool { return idx.HasPod(uid3) })
+	testwait.Eventually(t, "bound pod indexed", func() bool { return idx.hasPod(uid3) })
 
 	finished := testPod(uid1, "shop", "checkout", "node-a", corev1.PodSucceeded)
 	if _, err := pods.UpdateStatus(ctx, finished, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "finished pod removed", func() bool { return !idx.HasPod(uid1) })
+	testwait.Eventually(t, "finished pod removed", func() bool { return !idx.hasPod(uid1) })
 
 	if err := pods.Delete(ctx, "pod-"+uid4, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "deleted pod removed", func() bool { return !idx.HasPod(uid4) })
+	testwait.Eventually(t, "deleted pod removed", func() bool { return !idx.hasPod(uid4) })
 	if st := idx.Stats(); st.Pods != 1 || st.Nodes != 1 || st.ServiceAccounts != 1 {
 		t.Errorf("stats = %+v, want only uid3 left", st)
 	}

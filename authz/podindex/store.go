@@ -28,13 +28,17 @@ type state struct {
 	onNode [][]saCount // by node id
 	nodes  interner[string]
 	sas    interner[saName]
+	// deleting holds the deletionTimestamp (Unix seconds) of the pods that
+	// are terminating, a few at any time; the others have none.
+	deleting map[uidKey]int64
 }
 
 func newState(sizeHint int) *state {
 	return &state{
-		pods:  make(map[uidKey]slot, sizeHint),
-		nodes: newInterner(strings.Clone),
-		sas:   newInterner(cloneSAName),
+		pods:     make(map[uidKey]slot, sizeHint),
+		nodes:    newInterner(strings.Clone),
+		sas:      newInterner(cloneSAName),
+		deleting: make(map[uidKey]int64),
 	}
 }
 
@@ -86,6 +90,7 @@ func (st *state) put(r record) {
 	sa := saName{r.namespace, r.serviceAccount}
 	if old, ok := st.pods[k]; ok {
 		if st.nodes.key(old.node) == r.node && st.sas.key(old.sa) == sa {
+			st.setDeletion(k, r.deletion)
 			return
 		}
 		st.remove(k)
@@ -93,6 +98,16 @@ func (st *state) put(r record) {
 	s := slot{st.nodes.acquire(r.node), st.sas.acquire(sa)}
 	st.pods[k] = s
 	st.count(s, 1)
+	st.setDeletion(k, r.deletion)
+}
+
+// setDeletion records when pod k was marked for deletion (0: it is not).
+func (st *state) setDeletion(k uidKey, unix int64) {
+	if unix == 0 {
+		delete(st.deleting, k)
+		return
+	}
+	st.deleting[k] = unix
 }
 
 func (st *state) remove(k uidKey) {
@@ -101,6 +116,7 @@ func (st *state) remove(k uidKey) {
 		return
 	}
 	delete(st.pods, k)
+	delete(st.deleting, k)
 	st.count(s, -1)
 	st.nodes.release(s.node)
 	st.sas.release(s.sa)
@@ -185,24 +201,36 @@ func (s *store) Resync() error { return nil }
 // Transformer implements cache.TransformingStore.
 func (s *store) Transformer() cache.TransformFunc { return compact }
 
+// indexedPod is what the index holds of one pod.
+type indexedPod struct {
+	sa       saName
+	node     string
+	deletion int64 // deletionTimestamp, Unix seconds; 0 if not terminating
+}
+
 // pod returns where the pod with this uid runs.
-func (s *store) pod(uid string) (sa saName, node string, ok bool) {
+func (s *store) pod(uid string) (indexedPod, bool) {
 	k := keyOf(uid)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	sl, ok := s.st.pods[k]
 	if !ok {
-		return saName{}, "", false
+		return indexedPod{}, false
 	}
-	return s.st.sas.key(sl.sa), s.st.nodes.key(sl.node), true
+	return indexedPod{sa: s.st.sas.key(sl.sa), node: s.st.nodes.key(sl.node), deletion: s.st.deleting[k]}, true
 }
 
-func (s *store) has(uid string) bool {
+// podNamespace returns the namespace and deletionTimestamp of the pod
+// with this uid, without building its node name.
+func (s *store) podNamespace(uid string) (namespace string, deletion int64, ok bool) {
 	k := keyOf(uid)
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	_, ok := s.st.pods[k]
-	return ok
+	sl, ok := s.st.pods[k]
+	if !ok {
+		return "", 0, false
+	}
+	return s.st.sas.key(sl.sa).namespace, s.st.deleting[k], true
 }
 
 func (s *store) onNode(node string, sa saName) bool {

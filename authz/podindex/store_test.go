@@ -326,14 +326,57 @@ func TestStoreRejects(t *testing.T) {
 func TestStorePod(t *testing.T) {
 	s := newStore(slog.New(slog.DiscardHandler))
 	mustNil(t, "Add", s.Add(running(uid1, "shop", "checkout", "node-a")))
-	sa, node, ok := s.pod(uid1)
-	if !ok || sa != (saName{"shop", "checkout"}) || node != "node-a" {
-		t.Errorf("pod(uid1) = %v, %q, %v", sa, node, ok)
+	p, ok := s.pod(uid1)
+	if !ok || p != (indexedPod{sa: saName{"shop", "checkout"}, node: "node-a"}) {
+		t.Errorf("pod(uid1) = %+v, %v", p, ok)
 	}
-	if _, _, ok := s.pod(uid2); ok {
+	if _, ok := s.pod(uid2); ok {
 		t.Errorf("pod(uid2) found, want miss")
 	}
 }
+
+// TestStoreKeepsDeletionTimestamp: a terminating pod stays in the index
+// (Kubernetes still accepts its token for a minute past its
+// deletionTimestamp) and carries that timestamp until it is gone; a pod
+// whose deletion was cancelled (never, in Kubernetes, but the store must
+// not care) loses it.
+func TestStoreKeepsDeletionTimestamp(t *testing.T) {
+	s := newStore(slog.New(slog.DiscardHandler))
+	pod := running(uid1, "shop", "checkout", "node-a")
+	mustNil(t, "Add", s.Add(pod))
+	terminating := pod.DeepCopy()
+	at := metav1.Unix(1_900_000_000, 0)
+	terminating.DeletionTimestamp = &at
+	mustNil(t, "Update", s.Update(terminating))
+	if p, ok := s.pod(uid1); !ok || p.deletion != at.Unix() {
+		t.Errorf("terminating pod: pod(uid1) = %+v, %v; want deletion %d", p, ok, at.Unix())
+	}
+	if ns, deletion, ok := s.podNamespace(uid1); !ok || ns != "shop" || deletion != at.Unix() {
+		t.Errorf("podNamespace(uid1) = %q, %d, %v", ns, deletion, ok)
+	}
+	mustNil(t, "Update", s.Update(pod))
+	if p, _ := s.pod(uid1); p.deletion != 0 {
+		t.Errorf("after an update without a deletionTimestamp: deletion = %d, want 0", p.deletion)
+	}
+	mustNil(t, "Update", s.Update(terminating))
+	mustNil(t, "Delete", s.Delete(terminating))
+	if len(s.st.deleting) != 0 {
+		t.Errorf("deleted pod left %d deletion timestamps", len(s.st.deleting))
+	}
+	// The transform keeps the timestamp through a relist.
+	ref, _ := compact(terminating)
+	mustNil(t, "Replace", s.Replace([]any{ref}, "2"))
+	if p, _ := s.pod(uid1); p.deletion != at.Unix() {
+		t.Errorf("after a relist: deletion = %d, want %d", p.deletion, at.Unix())
+	}
+}
+
+func (s *store) has(uid string) bool {
+	_, ok := s.pod(uid)
+	return ok
+}
+
+func (i *Index) hasPod(uid string) bool { return i.store.has(uid) }
 
 func TestSyncedByFirstReplace(t *testing.T) {
 	s := newStore(slog.New(slog.DiscardHandler))

@@ -78,18 +78,20 @@ func always(st authnv1.TokenReviewStatus) respondFunc {
 // remembers the last request.
 type fakeAPI struct {
 	*fake.Clientset
-	calls atomic.Int32
-	mu    sync.Mutex
-	last  authnv1.TokenReviewSpec
+	calls   atomic.Int32
+	mu      sync.Mutex
+	last    authnv1.TokenReviewSpec
+	respond respondFunc
 }
 
 func newFakeAPI(respond respondFunc) *fakeAPI {
-	api := &fakeAPI{Clientset: fake.NewClientset()}
+	api := &fakeAPI{Clientset: fake.NewClientset(), respond: respond}
 	api.PrependReactor("create", "tokenreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		n := int(api.calls.Add(1))
 		req := a.(k8stesting.CreateAction).GetObject().(*authnv1.TokenReview)
 		api.mu.Lock()
 		api.last = req.Spec
+		respond := api.respond
 		api.mu.Unlock()
 		st, err := respond(n)
 		if err != nil {
@@ -102,6 +104,13 @@ func newFakeAPI(respond respondFunc) *fakeAPI {
 	return api
 }
 
+// setRespond changes how the API answers from now on.
+func (a *fakeAPI) setRespond(respond respondFunc) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.respond = respond
+}
+
 func (a *fakeAPI) lastSpec() authnv1.TokenReviewSpec {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -110,17 +119,27 @@ func (a *fakeAPI) lastSpec() authnv1.TokenReviewSpec {
 
 // countingObserver records what the reviewer reports.
 type countingObserver struct {
-	mu      sync.Mutex
-	hits    int
-	misses  int
-	forged  int
-	results map[string]int
+	mu       sync.Mutex
+	hits     int
+	misses   int
+	forged   int
+	results  map[string]int
+	verdicts map[string]int
 }
 
 func (o *countingObserver) Forged() {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.forged++
+}
+
+func (o *countingObserver) LocalDecision(verdict string) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.verdicts == nil {
+		o.verdicts = map[string]int{}
+	}
+	o.verdicts[verdict]++
 }
 
 func (o *countingObserver) CacheLookup(hit bool) {
@@ -142,29 +161,78 @@ func (o *countingObserver) ReviewDone(result string, _ time.Duration) {
 	o.results[result]++
 }
 
-// podSet is a PodChecker backed by a set of UIDs.
+// podSet is a PodChecker backed by a set of UIDs (of pods in any
+// namespace), some of them terminating.
 type podSet struct {
-	mu   sync.Mutex
-	uids map[string]bool
+	mu       sync.Mutex
+	uids     map[string]bool
+	deletion map[string]time.Time
 }
 
-func (p *podSet) HasPod(uid string) bool {
+func (p *podSet) IndexedPod(_, uid string) (time.Time, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return p.uids[uid]
+	return p.deletion[uid], p.uids[uid]
 }
 
-func (p *podSet) Pod(_ context.Context, _, _, uid string) (authz.PodInfo, bool, error) {
-	if !p.HasPod(uid) {
+func (p *podSet) Pod(_ context.Context, ns, _, uid string) (authz.PodInfo, bool, error) {
+	deletion, ok := p.IndexedPod(ns, uid)
+	if !ok {
 		return authz.PodInfo{}, false, nil
 	}
-	return authz.PodInfo{UID: uid}, true, nil
+	return authz.PodInfo{UID: uid, Deletion: deletion}, true, nil
 }
 
 func (p *podSet) remove(uid string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	delete(p.uids, uid)
+}
+
+// markDeleted gives a pod a deletionTimestamp.
+func (p *podSet) markDeleted(uid string, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.deletion == nil {
+		p.deletion = map[string]time.Time{}
+	}
+	p.deletion[uid] = at
+}
+
+// accountSet is a ServiceAccounts of namespace/name → uid.
+type accountSet struct {
+	mu       sync.Mutex
+	uids     map[string]string
+	deletion map[string]time.Time
+}
+
+func (a *accountSet) ServiceAccount(ns, name string) (string, time.Time, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	uid, ok := a.uids[ns+"/"+name]
+	return uid, a.deletion[ns+"/"+name], ok
+}
+
+func (a *accountSet) set(nsName, uid string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.uids == nil {
+		a.uids = map[string]string{}
+	}
+	if uid == "" {
+		delete(a.uids, nsName)
+		return
+	}
+	a.uids[nsName] = uid
+}
+
+func (a *accountSet) markDeleted(nsName string, at time.Time) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.deletion == nil {
+		a.deletion = map[string]time.Time{}
+	}
+	a.deletion[nsName] = at
 }
 
 func newReviewer(t testing.TB, cfg Config) *Reviewer {

@@ -43,6 +43,11 @@ const (
 type IssuerKeysConfig struct {
 	// Fetch returns the issuer's JSON Web Key Set, e.g. JWKSFetcher.
 	Fetch func(ctx context.Context) ([]byte, error)
+	// FetchConfiguration, if set, returns the issuer's OpenID discovery
+	// document (e.g. DiscoveryFetcher), read with every fetch of the keys
+	// for the issuer they belong to (Issuer). Tokens are verified locally
+	// only against a known issuer.
+	FetchConfiguration func(ctx context.Context) ([]byte, error)
 	// MaxAge is how long fetched keys are used before they are fetched
 	// again, in the background (default 1h); a token with a key id not
 	// among them fetches them at once, at most every MinRefresh (default
@@ -87,9 +92,10 @@ type IssuerKeys struct {
 	lastErr string    // of the last failed fetch, logged once
 }
 
-// keySet is one fetch's keys.
+// keySet is one fetch's keys, and the issuer they belong to.
 type keySet struct {
 	keys      []jose.JSONWebKey
+	issuer    string
 	fetchedAt time.Time
 }
 
@@ -122,44 +128,116 @@ func JWKSFetcher(c rest.Interface) func(ctx context.Context) ([]byte, error) {
 	}
 }
 
+// DiscoveryFetcher fetches the API server's service account issuer
+// discovery document, which names the issuer (its first
+// --service-account-issuer).
+func DiscoveryFetcher(c rest.Interface) func(ctx context.Context) ([]byte, error) {
+	return func(ctx context.Context) ([]byte, error) {
+		return c.Get().AbsPath("/.well-known/openid-configuration").DoRaw(ctx)
+	}
+}
+
+// errUnverified is returned by Verify for a token it can neither verify
+// nor refuse: there are no keys yet, or it names none of them.
+var errUnverified = errors.New("token signed with no key the issuer lists")
+
+// Verified is a token whose signature verifies with a key the issuer
+// lists.
+type Verified struct {
+	// Payload is the signed payload (the JWT claims).
+	Payload []byte
+	// KeyID is the key id of the key that verified it.
+	KeyID string
+}
+
+// Verify checks token against the issuer's listed keys. It returns the
+// signed payload when a listed key verifies the token; an error wrapping
+// ErrForged when the token is not a JWS in an asymmetric algorithm or
+// names a listed key it does not verify with; and errUnverified when
+// there are no keys or the token names none of them (only a TokenReview
+// can tell then). A token with an unlisted key id fetches the keys again
+// first, at most every MinRefresh.
+func (k *IssuerKeys) Verify(ctx context.Context, token string) (Verified, error) {
+	jws, err := jose.ParseSignedCompact(token, jwsAlgorithms)
+	if err != nil {
+		return Verified{}, fmt.Errorf("%w: %w", ErrForged, err)
+	}
+	if len(jws.Signatures) != 1 {
+		return Verified{}, fmt.Errorf("%w: %d signatures", ErrForged, len(jws.Signatures))
+	}
+	kid := jws.Signatures[0].Header.KeyID
+	set := k.keys(ctx)
+	if set == nil {
+		return Verified{}, errUnverified // no keys: the TokenReview decides
+	}
+	v, listed, ok := set.verify(jws, kid)
+	if !ok && !listed && k.refreshDue() {
+		// Signed with no listed key: the issuer may have a new one. (The
+		// keys, once there, are never nil again.)
+		k.refresh(ctx)
+		v, listed, ok = k.set.Load().verify(jws, kid)
+	}
+	switch {
+	case ok:
+		return v, nil
+	case listed:
+		return Verified{}, ErrForged
+	}
+	return Verified{}, fmt.Errorf("%w: key id %q", errUnverified, kid)
+}
+
 // CheckSignature returns an error wrapping ErrForged when token is not a
 // JWS in an asymmetric algorithm, names a listed key it does not verify
 // with, or is signed by no listed key beyond UnlistedRate; nil when it
 // verifies, or when it is left to the TokenReview.
 func (k *IssuerKeys) CheckSignature(ctx context.Context, token string) error {
-	jws, err := jose.ParseSignedCompact(token, jwsAlgorithms)
-	if err != nil {
-		return fmt.Errorf("%w: %w", ErrForged, err)
+	_, err := k.Verify(ctx, token)
+	if !errors.Is(err, errUnverified) {
+		return err
 	}
-	if len(jws.Signatures) != 1 {
-		return fmt.Errorf("%w: %d signatures", ErrForged, len(jws.Signatures))
+	return k.AdmitUnverified(err)
+}
+
+// AdmitUnverified decides what becomes of a token Verify could not verify
+// (err wraps errUnverified): while there are no keys it goes to the
+// TokenReview; signed with a key the issuer does not list, it goes there
+// at UnlistedRate, and beyond that rate it is refused as forged.
+func (k *IssuerKeys) AdmitUnverified(err error) error {
+	if k.set.Load() == nil || k.unlisted.AllowN(k.cfg.Clock.Now(), 1) {
+		return nil
 	}
-	kid := jws.Signatures[0].Header.KeyID
-	set := k.keys(ctx)
+	return fmt.Errorf("%w: %w, and more such tokens came than are sent for review", ErrForged, err)
+}
+
+// Listed reports whether a key with this id is among the current keys. A
+// token verified earlier with a key the issuer no longer lists is no
+// longer trusted: the key was retired or revoked.
+func (k *IssuerKeys) Listed(keyID string) bool {
+	set := k.set.Load()
 	if set == nil {
-		return nil // no keys: the TokenReview decides
+		return false
 	}
-	listed, ok := set.verify(jws, kid)
-	if !ok && !listed && k.refreshDue() {
-		// Signed with no listed key: the issuer may have a new one. (The
-		// keys, once there, are never nil again.)
-		k.refresh(ctx)
-		listed, ok = k.set.Load().verify(jws, kid)
+	for _, key := range set.keys {
+		if key.KeyID == keyID {
+			return true
+		}
 	}
-	switch {
-	case ok:
-		return nil
-	case listed:
-		return ErrForged
-	case k.unlisted.AllowN(k.cfg.Clock.Now(), 1):
-		return nil
+	return false
+}
+
+// Issuer is the service account issuer the keys belong to, from the API
+// server's discovery document; "" while unknown (no FetchConfiguration,
+// or not fetched yet).
+func (k *IssuerKeys) Issuer() string {
+	if set := k.set.Load(); set != nil {
+		return set.issuer
 	}
-	return fmt.Errorf("%w: key id %q is not listed, and more such tokens came than are sent for review", ErrForged, kid)
+	return ""
 }
 
 // verify reports whether the token verifies with a key of s, and whether
 // its key id is listed (a token without one: whether any key verifies).
-func (s *keySet) verify(jws *jose.JSONWebSignature, kid string) (listed, ok bool) {
+func (s *keySet) verify(jws *jose.JSONWebSignature, kid string) (v Verified, listed, ok bool) {
 	for _, key := range s.keys {
 		if kid != "" && key.KeyID != kid {
 			continue
@@ -167,11 +245,11 @@ func (s *keySet) verify(jws *jose.JSONWebSignature, kid string) (listed, ok bool
 		if kid != "" {
 			listed = true
 		}
-		if _, err := jws.Verify(key.Key); err == nil {
-			return true, true
+		if payload, err := jws.Verify(key.Key); err == nil {
+			return Verified{Payload: payload, KeyID: key.KeyID}, true, true
 		}
 	}
-	return listed, false
+	return Verified{}, listed, false
 }
 
 // keys returns the current keys, nil if there are none. It waits (as long
@@ -209,6 +287,17 @@ func (k *IssuerKeys) refreshDue() bool {
 	return true
 }
 
+// Prefetch fetches the keys now, unless a fetch has completed already, and
+// waits for it as long as ctx allows.
+func (k *IssuerKeys) Prefetch(ctx context.Context) {
+	k.mu.Lock()
+	done := k.tried
+	k.mu.Unlock()
+	if !done {
+		k.refresh(ctx)
+	}
+}
+
 // refresh fetches the keys and waits for the fetch as long as ctx allows.
 func (k *IssuerKeys) refresh(ctx context.Context) {
 	select {
@@ -237,6 +326,10 @@ func (k *IssuerKeys) fetch() {
 	ctx, cancel := context.WithTimeout(context.Background(), keysFetchTimeout)
 	defer cancel()
 	keys, err := k.fetchKeys(ctx)
+	var issuer string
+	if err == nil {
+		issuer, err = k.fetchIssuer(ctx)
+	}
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	k.tried = true
@@ -252,7 +345,29 @@ func (k *IssuerKeys) fetch() {
 		k.cfg.Logger.Info("fetched the service account issuer's keys", "keys", len(keys))
 	}
 	k.lastErr = ""
-	k.set.Store(&keySet{keys: keys, fetchedAt: k.cfg.Clock.Now()})
+	k.set.Store(&keySet{keys: keys, issuer: issuer, fetchedAt: k.cfg.Clock.Now()})
+}
+
+// fetchIssuer reads the issuer from the discovery document; "" without
+// FetchConfiguration.
+func (k *IssuerKeys) fetchIssuer(ctx context.Context) (string, error) {
+	if k.cfg.FetchConfiguration == nil {
+		return "", nil
+	}
+	raw, err := k.cfg.FetchConfiguration(ctx)
+	if err != nil {
+		return "", fmt.Errorf("issuer discovery: %w", err)
+	}
+	var doc struct {
+		Issuer string `json:"issuer"`
+	}
+	if err := json.Unmarshal(raw, &doc); err != nil {
+		return "", fmt.Errorf("issuer discovery: %w", err)
+	}
+	if doc.Issuer == "" {
+		return "", errors.New("issuer discovery: the document names no issuer")
+	}
+	return doc.Issuer, nil
 }
 
 func (k *IssuerKeys) fetchKeys(ctx context.Context) ([]jose.JSONWebKey, error) {

@@ -286,7 +286,7 @@ func TestAuthenticateForgedTokenNoReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(Config{Client: api.AuthenticationV1(), Signatures: keys, Observer: obs, Clock: clocktesting.NewFakeClock(testEpoch())})
+	r, err := New(Config{Client: api.AuthenticationV1(), Keys: keys, Observer: obs, Clock: clocktesting.NewFakeClock(testEpoch())})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,10 @@ type Observer interface {
 	// Forged is called for each token refused, without a TokenReview,
 	// because its signature verifies with no key of the issuer.
 	Forged()
+	// LocalDecision is called for each new token with a verified signature
+	// under local verification, with its verdict: accepted, rejected, or
+	// undecided (a TokenReview decides).
+	LocalDecision(verdict string)
 }
 
 // Results of one TokenReview, as passed to Observer.ReviewDone.
@@ -31,3 +35,4 @@ type nopObserver struct{}
 func (nopObserver) CacheLookup(bool)                 {}
 func (nopObserver) ReviewDone(string, time.Duration) {}
 func (nopObserver) Forged()                          {}
+func (nopObserver) LocalDecision(string)             {}

@@ -2,7 +2,10 @@ package tokenreview
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 
@@ -25,21 +28,21 @@ const serviceAccountPrefix = "system:serviceaccount:"
 // review makes one TokenReview call. result is one of the Result* values;
 // err wraps authz.ErrUnavailable for API failures and
 // authz.ErrUnauthenticated for rejections.
-func (r *Reviewer) review(ctx context.Context, token string) (c authz.Caller, result string, err error) {
+func (r *Reviewer) review(ctx context.Context, token string) (c authz.Caller, saUID, result string, err error) {
 	req := &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token, Audiences: r.audiences}}
 	resp, err := r.client.Create(ctx, req, metav1.CreateOptions{})
 	if err != nil {
-		return authz.Caller{}, ResultError, fmt.Errorf("%w: token review: %w", authz.ErrUnavailable, redact(err, token))
+		return authz.Caller{}, "", ResultError, fmt.Errorf("%w: token review: %w", authz.ErrUnavailable, redact(err, token))
 	}
 	c, result, err = callerFromStatus(resp.Status, r.audiences)
 	if err != nil {
-		return authz.Caller{}, result, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
+		return authz.Caller{}, "", result, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
 	}
 	if result, err := r.checkPod(ctx, c); err != nil {
-		return authz.Caller{}, result, err
+		return authz.Caller{}, "", result, err
 	}
 	c.ExpiresAt, _ = tokenExpiry(token)
-	return c, ResultAuthenticated, nil
+	return c, resp.Status.User.UID, ResultAuthenticated, nil
 }
 
 // checkPod rejects a pod-bound token whose pod no longer exists, which the
@@ -140,3 +143,39 @@ func redact(err error, token string) error {
 
 func (e *redactedError) Error() string { return e.msg }
 func (e *redactedError) Unwrap() error { return e.err }
+
+// reviewAndStore makes the API call, reports it and caches its answer,
+// bound to the key that verified the token (keyID, "" if none did). API
+// errors are returned, not cached.
+func (r *Reviewer) reviewAndStore(ctx context.Context, key [sha256.Size]byte, token, keyID string) (*entry, error) {
+	if e, ok := r.cached(key); ok {
+		return e, nil // answered while this review was queued
+	}
+	start := r.clock.Now()
+	c, saUID, result, err := r.review(ctx, token)
+	r.obs.ReviewDone(result, r.clock.Since(start))
+	r.logReview(ctx, key, result, c, err)
+	if result == ResultError {
+		return nil, err
+	}
+	e := &entry{caller: c, err: err, bound: binding{saUID: saUID, keyID: keyID}}
+	r.store(key, e)
+	return e, nil
+}
+
+func (r *Reviewer) logReview(ctx context.Context, key [sha256.Size]byte, result string, c authz.Caller, err error) {
+	if !r.log.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("token_sha256", hex.EncodeToString(key[:6])),
+		slog.String("result", result),
+	}
+	if err != nil {
+		attrs = append(attrs, slog.String("error", err.Error()))
+	} else {
+		attrs = append(attrs, slog.String("caller", c.String()), slog.String("node", c.NodeName),
+			slog.Time("expires", c.ExpiresAt))
+	}
+	r.log.LogAttrs(ctx, slog.LevelDebug, "token reviewed", attrs...)
+}

@@ -1,7 +1,6 @@
 package tokenreview
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"io"
@@ -63,7 +62,9 @@ func TestWireTokenReview(t *testing.T) {
 	}
 }
 
-func TestWireRequestDeadlineCancelsHTTPRequest(t *testing.T) {
+// TestWireReviewTimeoutCancelsHTTPRequest: a review that takes longer than
+// the review timeout is cancelled on the wire, whatever its waiters do.
+func TestWireReviewTimeoutCancelsHTTPRequest(t *testing.T) {
 	cancelled, testDone := make(chan struct{}), make(chan struct{})
 	cs := realClient(t, func(w http.ResponseWriter, req *http.Request) {
 		// Reading the body lets the server notice the client closing the connection.
@@ -75,10 +76,8 @@ func TestWireRequestDeadlineCancelsHTTPRequest(t *testing.T) {
 		}
 	})
 	t.Cleanup(func() { close(testDone) }) // before the server closes
-	r := newReviewer(t, Config{Client: cs.AuthenticationV1()})
-	ctx, cancel := context.WithTimeout(t.Context(), 100*time.Millisecond)
-	defer cancel()
-	_, err := r.Authenticate(ctx, tokenExpiringAt(t, time.Now().Add(time.Hour)))
+	r := newReviewer(t, Config{Client: cs.AuthenticationV1(), ReviewTimeout: 100 * time.Millisecond})
+	_, err := r.Authenticate(t.Context(), tokenExpiringAt(t, time.Now().Add(time.Hour)))
 	if !errors.Is(err, authz.ErrUnavailable) {
 		t.Fatalf("error = %v, want ErrUnavailable", err)
 	}

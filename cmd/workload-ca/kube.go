@@ -2,10 +2,13 @@ package main
 
 import (
 	"fmt"
+	"net"
+	"time"
 
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/flowcontrol"
 )
 
 // kubeClients are the CA's Kubernetes clients, one per kind of work, each
@@ -14,13 +17,16 @@ import (
 // TokenReviews must not hold a lease renewal past its deadline, nor a
 // writer's sweep of every namespace hold the TokenReviews. Each names its
 // work in its user agent, for the API server's audit log. They share
-// connections: client-go shares one transport between configurations
-// that differ only in rate limit and user agent.
+// connections (client-go shares one transport between configurations that
+// differ only in rate limit and user agent), except leader election's,
+// which has a connection of its own.
 type kubeClients struct {
-	// reviews makes the request path's TokenReviews; pods its pod index
-	// (watch and live lookups). Apart, a flood of never-seen tokens, each
-	// a TokenReview, cannot hold up the pod lookups.
-	reviews, pods kubernetes.Interface
+	// reviews makes the request path's TokenReviews, which the reviewer
+	// paces itself (its client has no rate limit of its own); pods its pod
+	// index (watch and live lookups), accounts the service account index.
+	// Apart, a flood of never-seen tokens, each a TokenReview, cannot hold
+	// up the pod lookups.
+	reviews, pods, accounts kubernetes.Interface
 	// leader renews the leader election Lease.
 	leader kubernetes.Interface
 	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
@@ -50,7 +56,7 @@ func newKubeClients(cfg serveConfig) (*kubeClients, error) {
 }
 
 // kubeClientsFor builds the clients from base, with qps and burst for each
-// of the request path's two and each writer.
+// informer and writer; the TokenReviews are paced by the reviewer.
 func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, error) {
 	k := &kubeClients{}
 	for _, c := range []struct {
@@ -58,18 +64,30 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		client *kubernetes.Interface
 		qps    float32
 		burst  int
+		// ownConn gives the client a connection of its own.
+		ownConn bool
 	}{
-		{"tokenreview", &k.reviews, qps, burst},
-		{"podindex", &k.pods, qps, burst},
-		{"leader-election", &k.leader, leaderQPS, leaderBurst},
-		{"ca-state", &k.caState, qps, burst},
-		{"trustbundle", &k.bundles, qps, burst},
-		{"rootconfigmap", &k.rootConfigMaps, qps, burst},
-		{"podcert", &k.podCerts, qps, burst},
+		{"tokenreview", &k.reviews, 0, 0, false},
+		{"podindex", &k.pods, qps, burst, false},
+		{"saindex", &k.accounts, qps, burst, false},
+		{"leader-election", &k.leader, leaderQPS, leaderBurst, true},
+		{"ca-state", &k.caState, qps, burst, false},
+		{"trustbundle", &k.bundles, qps, burst, false},
+		{"rootconfigmap", &k.rootConfigMaps, qps, burst, false},
+		{"podcert", &k.podCerts, qps, burst, false},
 	} {
 		cfg := rest.CopyConfig(base)
 		cfg.UserAgent += " (" + c.work + ")"
 		cfg.QPS, cfg.Burst, cfg.RateLimiter = c.qps, c.burst, nil
+		if c.qps == 0 {
+			cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
+		}
+		if c.ownConn {
+			// A dialer of its own keeps client-go from sharing the
+			// transport (and so the HTTP/2 connection) of the others:
+			// a renewal never waits behind a pod list's frames.
+			cfg.Dial = (&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second}).DialContext
+		}
 		cs, err := kubernetes.NewForConfig(cfg)
 		if err != nil {
 			return nil, fmt.Errorf("kubernetes client for %s: %w", c.work, err)

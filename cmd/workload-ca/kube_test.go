@@ -13,7 +13,8 @@ import (
 )
 
 // TestKubeClients checks that every kind of work gets a client with a rate
-// limiter of its own, at --kube-api-qps except leader election's, and
+// limiter of its own, at --kube-api-qps except leader election's and the
+// TokenReviews' (which the reviewer paces: its client has no limit), and
 // names itself in its user agent.
 func TestKubeClients(t *testing.T) {
 	var mu sync.Mutex
@@ -33,10 +34,11 @@ func TestKubeClients(t *testing.T) {
 	tests := []struct {
 		work   string
 		client kubernetes.Interface
-		qps    float32
+		qps    float32 // 0: no limit
 	}{
-		{"tokenreview", k.reviews, 7},
+		{"tokenreview", k.reviews, 0},
 		{"podindex", k.pods, 7},
+		{"saindex", k.accounts, 7},
 		{"leader-election", k.leader, leaderQPS},
 		{"ca-state", k.caState, 7},
 		{"trustbundle", k.bundles, 7},
@@ -51,7 +53,14 @@ func TestKubeClients(t *testing.T) {
 				t.Errorf("shares its rate limiter with %s", other)
 			}
 			limiters[l] = tt.work
-			if l.QPS() != tt.qps {
+			switch {
+			case tt.qps == 0:
+				for range 1000 {
+					if !l.TryAccept() {
+						t.Fatal("a request was held back")
+					}
+				}
+			case l.QPS() != tt.qps:
 				t.Errorf("QPS %v, want %v", l.QPS(), tt.qps)
 			}
 			// The limiter covers every API group of the client.

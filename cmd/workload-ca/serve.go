@@ -46,12 +46,16 @@ type serveConfig struct {
 	KubeBurst       int
 	TokenAudiences  []string
 	TokenCacheTTL   time.Duration
-	ClusterID       string
-	NodeAgents      []authz.NodeAgent
-	GracePeriod     time.Duration
-	ShutdownDelay   time.Duration
-	MaxConnAge      time.Duration
-	LogLevel        slog.Level
+	// TokenLocal decides pod-bound tokens of the cluster's issuer without
+	// a TokenReview (--token-verification=local).
+	TokenLocal       bool
+	TokenKeysRefresh time.Duration
+	ClusterID        string
+	NodeAgents       []authz.NodeAgent
+	GracePeriod      time.Duration
+	ShutdownDelay    time.Duration
+	MaxConnAge       time.Duration
+	LogLevel         slog.Level
 
 	MaxConcurrentSigns int
 	SignQueueTimeout   time.Duration
@@ -80,7 +84,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var c serveConfig
-	var td, tlsMin, logLevel, caSecret, rootNamespaces string
+	var td, tlsMin, logLevel, caSecret, rootNamespaces, verification string
 	dnsNames := listFlag{"localhost"}
 	audiences := listFlag{tokenreview.DefaultAudience}
 	agents := listFlag{"istio-system/ztunnel"}
@@ -104,6 +108,8 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests of each client")
 	fs.Var(&audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
+	fs.StringVar(&verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
+	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "with --token-verification=local: how often the issuer's keys are fetched again; a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
@@ -141,6 +147,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return c, err
 	}
 	c.ServingDNSNames, c.TokenAudiences = dnsNames, audiences
+	switch verification {
+	case "local":
+		c.TokenLocal = true
+	case "tokenreview":
+	default:
+		return c, fmt.Errorf("%w: --token-verification %q: want local or tokenreview", errUsage, verification)
+	}
 	return c, c.finish(td, tlsMin, logLevel, caSecret, rootNamespaces, agents)
 }
 
@@ -242,6 +255,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	}
 	if c.CADirPoll <= 0 {
 		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))
+	}
+	if c.TokenKeysRefresh <= 0 {
+		errs = append(errs, errors.New("--token-keys-refresh must be positive"))
 	}
 	if len(c.TokenAudiences) == 0 {
 		errs = append(errs, errors.New("--token-audiences must name at least one audience"))

@@ -25,6 +25,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/podindex"
+	"github.com/workload-ca/workload-ca/authz/saindex"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/castate"
@@ -79,6 +80,10 @@ type app struct {
 	kube      *kubeClients
 	authority *ca.Authority
 	pods      *podindex.Index
+	// accounts is the service account index of local token verification
+	// (nil with --token-verification=tokenreview).
+	accounts  *saindex.Index
+	reviewer  *tokenreview.Reviewer
 	serving   *server.ServingCert
 	readiness *admin.Readiness
 	grpc      *server.GRPCServer
@@ -401,18 +406,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 // buildServer wires authentication, authorization and the gRPC server.
 func (a *app) buildServer(ctx context.Context) error {
 	a.pods = podindex.New(podindex.Config{Client: a.kube.pods, Logger: a.log.With("component", "podindex")})
-	reviewLog := a.log.With("component", "tokenreview")
-	// A token no key of the service account issuer signed is refused
-	// without a TokenReview.
-	keys, err := tokenreview.NewIssuerKeys(tokenreview.IssuerKeysConfig{
-		Fetch: tokenreview.JWKSFetcher(a.kube.reviews.Discovery().RESTClient()), Logger: reviewLog})
-	if err != nil {
-		return err
-	}
-	reviewer, err := tokenreview.New(tokenreview.Config{
-		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
-		Pods: a.pods, Signatures: keys, Observer: a.metrics, Logger: reviewLog,
-	})
+	reviewer, err := a.authenticator(ctx)
 	if err != nil {
 		return err
 	}
@@ -422,6 +416,9 @@ func (a *app) buildServer(ctx context.Context) error {
 	}
 	a.readiness = admin.NewReadiness(append([]admin.Check{
 		{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
+		{Name: "service-account-index", Check: func(context.Context) error {
+			return syncedErr(a.accounts == nil || a.accounts.HasSynced())
+		}},
 		{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
 	}, a.extraChecks...)...)
 	svc, err := server.NewService(server.Config{
@@ -450,6 +447,47 @@ func (a *app) buildServer(ctx context.Context) error {
 	return nil
 }
 
+// authenticator wires token authentication: the issuer's published keys
+// (a token none of them signed is refused without a TokenReview), with
+// --token-verification=local the service account index that lets
+// pod-bound tokens be decided without one, and the TokenReviews for the
+// rest, paced at --kube-api-qps.
+func (a *app) authenticator(ctx context.Context) (*tokenreview.Reviewer, error) {
+	log := a.log.With("component", "tokenreview")
+	rest := a.kube.reviews.Discovery().RESTClient()
+	keysCfg := tokenreview.IssuerKeysConfig{Fetch: tokenreview.JWKSFetcher(rest), Logger: log}
+	var accounts tokenreview.ServiceAccounts
+	if a.cfg.TokenLocal {
+		keysCfg.FetchConfiguration, keysCfg.MaxAge = tokenreview.DiscoveryFetcher(rest), a.cfg.TokenKeysRefresh
+		idx, err := saindex.New(saindex.Config{Client: a.kube.accounts, Logger: a.log.With("component", "saindex")})
+		if err != nil {
+			return nil, err
+		}
+		a.accounts, accounts = idx, idx
+		a.replicaTasks = append(a.replicaTasks, idx.Run)
+	}
+	keys, err := tokenreview.NewIssuerKeys(keysCfg)
+	if err != nil {
+		return nil, err
+	}
+	// The first requests need not wait for the keys (nor, without them,
+	// go to TokenReviews): a failure is logged, and retried on use.
+	keys.Prefetch(ctx)
+	if a.cfg.TokenLocal && keys.Issuer() != "" {
+		a.log.Info("tokens are verified locally", "issuer", keys.Issuer())
+	}
+	reviewer, err := tokenreview.New(tokenreview.Config{
+		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
+		ReviewRate: a.cfg.KubeQPS, ReviewBurst: a.cfg.KubeBurst,
+		Pods: a.pods, Keys: keys, Accounts: accounts, Observer: a.metrics, Logger: log,
+	})
+	if err != nil {
+		return nil, err
+	}
+	a.reviewer = reviewer
+	return reviewer, nil
+}
+
 // recoverPanic answers a panic that a gRPC handler did not turn into an
 // error itself: its stack goes to log, never to the caller (the
 // interceptor's default handler sends it in the status message).
@@ -474,6 +512,13 @@ func (a *app) buildAdmin(context.Context) error {
 		s := a.pods.Stats()
 		return metrics.PodIndexStats{Synced: a.pods.HasSynced(), Pods: s.Pods, Nodes: s.Nodes,
 			ServiceAccounts: s.ServiceAccounts, Lookups: s.Lookups, LookupsRefused: s.LookupsRefused}
+	})
+	metrics.WatchAuthn(a.reg, func() metrics.AuthnStats {
+		st := metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), Accounts: -1}
+		if a.accounts != nil {
+			st.Accounts, st.AccountsSynced = a.accounts.Len(), a.accounts.HasSynced()
+		}
+		return st
 	})
 	metrics.WatchCA(a.reg, func() metrics.CAState {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
