@@ -20,6 +20,9 @@ type PodIndexStats struct {
 type AuthnStats struct {
 	// PendingReviews are the TokenReviews queued or in flight.
 	PendingReviews int
+	// QueuedRequests are the certificate requests waiting for a signing
+	// slot.
+	QueuedRequests int
 	// Accounts is the size of the service account index, and
 	// AccountsSynced whether it has loaded its first list (absent without
 	// local verification: Accounts < 0).
@@ -27,14 +30,15 @@ type AuthnStats struct {
 	AccountsSynced bool
 }
 
-// WatchAuthn exports the TokenReview queue and the service account index,
-// read at each scrape.
+// WatchAuthn exports the TokenReview queue, the signing queue and the
+// service account index, read at each scrape.
 func WatchAuthn(reg prometheus.Registerer, stats func() AuthnStats) {
 	reg.MustRegister(&funcCollector{
-		descs: []*prometheus.Desc{pendingDesc, accountsDesc, accountsSyncedDesc},
+		descs: []*prometheus.Desc{pendingDesc, queuedDesc, accountsDesc, accountsSyncedDesc},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := stats()
 			ch <- gauge(pendingDesc, float64(s.PendingReviews))
+			ch <- gauge(queuedDesc, float64(s.QueuedRequests))
 			if s.Accounts >= 0 {
 				ch <- gauge(accountsDesc, float64(s.Accounts))
 				ch <- gauge(accountsSyncedDesc, boolf(s.AccountsSynced))
@@ -112,6 +116,7 @@ var (
 	lookupsDesc = desc("podindex_live_lookups_total", "Live API lookups on pod index misses, by result (made, refused by the rate limiter).", "result")
 
 	pendingDesc        = desc("tokenreview_pending", "TokenReviews queued or in flight.")
+	queuedDesc         = desc("sign_queue_length", "Certificate requests waiting for a signing slot.")
 	accountsDesc       = desc("saindex_service_accounts", "Service accounts in the index local token verification reads.")
 	accountsSyncedDesc = desc("saindex_synced", "1 once the service account index has completed its initial list.")
 

@@ -110,6 +110,12 @@ func (g *GRPCServer) GetServiceInfo() map[string]grpc.ServiceInfo { return g.grp
 func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	done := make(chan struct{})
 	go g.watchHealth(ctx, done)
+	// The refusal summaries are written until the server has stopped,
+	// then once more.
+	auditCtx, stopAudit := context.WithCancel(context.WithoutCancel(ctx))
+	audited := make(chan struct{})
+	go func() { g.svc.RunAudit(auditCtx, 0); close(audited) }()
+	defer func() { stopAudit(); <-audited }()
 	errc := make(chan error, 1)
 	go func() { errc <- g.grpc.Serve(lis) }()
 	select {

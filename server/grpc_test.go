@@ -40,6 +40,7 @@ var td = spiffeid.RequireTrustDomainFromString("cluster.local")
 
 // env is a CA served in process over bufconn through the real TLS stack.
 type env struct {
+	svc       *server.Service
 	authority *ca.Authority
 	authn     *authztest.Authenticator
 	ready     readyErr
@@ -60,6 +61,7 @@ type envConfig struct {
 	opts          []grpc.ServerOption
 	shutdownDelay time.Duration
 	wrapSigner    func(server.Signer) server.Signer
+	service       func(*server.Config)
 }
 
 type envOption func(*envConfig)
@@ -85,12 +87,17 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	if cfg.wrapSigner != nil {
 		signer = cfg.wrapSigner(signer)
 	}
-	svc, err := server.NewService(server.Config{Authenticator: e.authn, Authorizer: policy, Signer: signer,
+	svcCfg := server.Config{Authenticator: e.authn, Authorizer: policy, Signer: signer,
 		Ready: e.ready.get, Observer: e.obs, ClusterID: caclient.DefaultClusterID,
-		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))})
+		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))}
+	if cfg.service != nil {
+		cfg.service(&svcCfg)
+	}
+	svc, err := server.NewService(svcCfg)
 	if err != nil {
 		t.Fatal(err)
 	}
+	e.svc = svc
 	serving, err := server.NewServingCert(context.Background(), server.ServingCertConfig{Issuer: authority, DNSNames: []string{servingName}})
 	if err != nil {
 		t.Fatal(err)
@@ -465,6 +472,19 @@ func (r *recorder) RequestDone(result, reason string, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, result+"/"+reason)
+}
+
+// count is how many requests had result/reason key.
+func (r *recorder) count(key string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, g := range r.got {
+		if g == key {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *recorder) results() string {

@@ -2,18 +2,15 @@ package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"runtime"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
 	"time"
-)
 
-// errOverloaded is returned when CPU-bound work waited its whole queue
-// time for a slot.
-var errOverloaded = errors.New("overloaded")
+	"github.com/workload-ca/workload-ca/authz"
+)
 
 // cpuIdleExit is how long a goroutine of the cpuLimiter waits for work
 // before it exits.
@@ -43,20 +40,45 @@ const yieldBelow = 32
 // there too: ratio to the crypto floor median 0.69 over 19 bench runs,
 // against 0.78 over 9.)
 //
+// Callers queue in order, within bounds that keep one caller from taking
+// the queue and the queue from taking the memory: at most maxQueued in
+// all and maxPerFlow of one flow (the node a request comes from), and
+// none whose turn would come after its deadline or after wait. Beyond
+// them a caller is refused at once, told when to come back
+// (authz.OverloadError), before any of its work is done. A request's
+// second step goes before anyone's first (urgent): work already started
+// is finished first, and a request in progress holds memory.
+//
 // A goroutine idle for cpuIdleExit exits.
 type cpuLimiter struct {
-	n    int
-	wait time.Duration
+	n          int
+	wait       time.Duration
+	maxQueued  int
+	maxPerFlow int
 	// jobs hands a job to an idle goroutine; unbuffered, so a caller that
 	// sends has been taken, and callers blocked on it are served in order.
-	jobs chan *cpuJob
-	pool sync.Pool // of *cpuJob
+	// urgent does the same for second steps, which goroutines take first.
+	jobs, urgent chan *cpuJob
+	pool         sync.Pool // of *cpuJob
+	// stepNanos is a moving average of a step's duration, for the wait a
+	// queued caller can expect.
+	stepNanos atomic.Int64
 
 	mu      sync.Mutex
 	workers int // goroutines running, at most n
 	// waiting counts the callers that found all n busy and may send on
 	// jobs; raised under mu.
 	waiting atomic.Int64
+	// flows counts the waiting callers of each flow; under mu.
+	flows map[string]int
+}
+
+// limiterConfig sizes a cpuLimiter.
+type limiterConfig struct {
+	n          int           // steps at once
+	wait       time.Duration // longest wait for a goroutine
+	maxQueued  int           // callers waiting, in all
+	maxPerFlow int           // callers waiting, of one flow
 }
 
 // cpuJob is one step, and where its result goes.
@@ -81,22 +103,26 @@ func (p *stepPanic) Error() string {
 	return fmt.Sprintf("%v\n\non the CPU limiter's goroutine:\n%s", p.value, p.stack)
 }
 
-func newCPULimiter(n int, wait time.Duration) *cpuLimiter {
-	l := &cpuLimiter{n: n, wait: wait, jobs: make(chan *cpuJob)}
+func newCPULimiter(cfg limiterConfig) *cpuLimiter {
+	l := &cpuLimiter{n: cfg.n, wait: cfg.wait, maxQueued: cfg.maxQueued, maxPerFlow: cfg.maxPerFlow,
+		jobs: make(chan *cpuJob), urgent: make(chan *cpuJob), flows: map[string]int{}}
 	l.pool.New = func() any { return &cpuJob{done: make(chan cpuResult, 1)} }
+	l.stepNanos.Store(int64(100 * time.Microsecond))
 	return l
 }
 
-// do runs f on one of the limiter's goroutines and returns its error. It
-// waits at most l.wait for a goroutine (errOverloaded after that), and
-// stops waiting when ctx ends. Once f started, do waits for it to finish.
-// A panic in f is raised again here, as a *stepPanic; runtime.Goexit in f
-// exits this goroutine too.
-func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
+// do runs f, a step of a request from flow, on one of the limiter's
+// goroutines and returns its error. urgent marks a request's later step,
+// which goes before the first steps of others. do refuses at once a caller
+// that would wait beyond the limiter's bounds (an *authz.OverloadError),
+// waits at most l.wait for a goroutine, and stops waiting when ctx ends.
+// Once f started, do waits for it to finish. A panic in f is raised again
+// here, as a *stepPanic; runtime.Goexit in f exits this goroutine too.
+func (l *cpuLimiter) do(ctx context.Context, flow string, urgent bool, f func() error) error {
 	j := l.pool.Get().(*cpuJob)
 	j.f = f
 	var r cpuResult
-	if r.err = l.submit(ctx, j); r.err == nil {
+	if r.err = l.submit(ctx, flow, urgent, j); r.err == nil {
 		r = <-j.done
 	}
 	j.f = nil
@@ -111,10 +137,14 @@ func (l *cpuLimiter) do(ctx context.Context, f func() error) error {
 }
 
 // submit hands j to an idle goroutine, or to a new one while fewer than n
-// run, or else queues for one for at most l.wait.
-func (l *cpuLimiter) submit(ctx context.Context, j *cpuJob) error {
+// run, or else queues for one, within the bounds.
+func (l *cpuLimiter) submit(ctx context.Context, flow string, urgent bool, j *cpuJob) error {
+	ch := l.jobs
+	if urgent {
+		ch = l.urgent
+	}
 	select {
-	case l.jobs <- j:
+	case ch <- j:
 		return nil
 	default:
 	}
@@ -125,21 +155,65 @@ func (l *cpuLimiter) submit(ctx context.Context, j *cpuJob) error {
 		go l.work(j)
 		return nil
 	}
+	if err := l.admit(ctx, flow); err != nil {
+		l.mu.Unlock()
+		return err
+	}
 	// Counted before the lock is released: a goroutine that finds no
 	// work does not exit while a caller may still send it some.
 	l.waiting.Add(1)
+	l.flows[flow]++
 	l.mu.Unlock()
-	defer l.waiting.Add(-1)
+	defer l.leave(flow)
 	t := time.NewTimer(l.wait)
 	defer t.Stop()
 	select {
-	case l.jobs <- j:
+	case ch <- j:
 		return nil
 	case <-t.C:
-		return errOverloaded
+		return &authz.OverloadError{RetryAfter: l.expectedWait(int(l.waiting.Load())),
+			Detail: fmt.Sprintf("no signing slot within %v", l.wait)}
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// admit checks, under l.mu, that a caller of flow may wait: the queue and
+// the flow have room, and its turn comes before its deadline and l.wait.
+func (l *cpuLimiter) admit(ctx context.Context, flow string) error {
+	queued := int(l.waiting.Load())
+	wait := l.expectedWait(queued + 1)
+	bound := l.wait
+	if d, ok := ctx.Deadline(); ok {
+		bound = min(bound, time.Until(d))
+	}
+	switch {
+	case queued >= l.maxQueued:
+		return &authz.OverloadError{RetryAfter: wait, Detail: fmt.Sprintf("%d requests wait for a signing slot already", queued)}
+	case l.flows[flow] >= l.maxPerFlow:
+		return &authz.OverloadError{RetryAfter: wait,
+			Detail: fmt.Sprintf("%d requests of %s wait for a signing slot already", l.flows[flow], flow)}
+	case wait > bound:
+		return &authz.OverloadError{RetryAfter: wait,
+			Detail: fmt.Sprintf("a signing slot would come in %v, after %v", wait.Round(time.Millisecond), bound)}
+	}
+	return nil
+}
+
+// leave uncounts a caller of flow that stopped waiting.
+func (l *cpuLimiter) leave(flow string) {
+	l.mu.Lock()
+	if l.flows[flow]--; l.flows[flow] <= 0 {
+		delete(l.flows, flow)
+	}
+	l.mu.Unlock()
+	l.waiting.Add(-1)
+}
+
+// expectedWait is how long until the queued-th waiting caller's turn, at
+// the steps' average duration.
+func (l *cpuLimiter) expectedWait(queued int) time.Duration {
+	return time.Duration(int64(queued) * l.stepNanos.Load() / int64(l.n))
 }
 
 // work runs j, then the jobs that come, until none came for cpuIdleExit.
@@ -172,14 +246,24 @@ func (l *cpuLimiter) run(j *cpuJob) {
 		l.mu.Unlock()
 		j.done <- cpuResult{exited: true}
 	}()
+	start := time.Now()
 	err := j.f()
 	returned = true
+	// A moving average over about 16 steps; races between goroutines
+	// lose an update now and then, which does not matter.
+	d, avg := int64(time.Since(start)), l.stepNanos.Load()
+	l.stepNanos.Store(avg + (d-avg)/16)
 	j.done <- cpuResult{err: err}
 }
 
 // next returns the next job, or nil once none came for cpuIdleExit and no
 // caller is queued; the goroutine is then no longer counted.
 func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
+	select {
+	case j := <-l.urgent:
+		return j
+	default:
+	}
 	select {
 	case j := <-l.jobs:
 		return j
@@ -188,6 +272,8 @@ func (l *cpuLimiter) next(idle *time.Timer) *cpuJob {
 	for {
 		idle.Reset(cpuIdleExit)
 		select {
+		case j := <-l.urgent:
+			return j
 		case j := <-l.jobs:
 			return j
 		case <-idle.C:

@@ -8,11 +8,15 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/debug"
+	"strconv"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"google.golang.org/genproto/googleapis/rpc/errdetails"
+	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/types/known/durationpb"
 	"k8s.io/utils/clock"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -60,11 +64,32 @@ type Config struct {
 	Logger   *slog.Logger
 	Clock    clock.PassiveClock
 	// MaxConcurrentSigns bounds concurrent CSR checks and signatures
-	// (default: GOMAXPROCS); QueueTimeout is how long a request waits for a
-	// slot before it fails with Unavailable (default 1s).
+	// (default: GOMAXPROCS). QueueTimeout is the longest a request waits
+	// for a slot (default DefaultQueueTimeout); MaxQueued bounds the
+	// requests waiting (default DefaultMaxQueued), and MaxQueuedPerNode
+	// those from one node (default DefaultMaxQueuedPerNode). A request
+	// beyond a bound, or whose turn would come after its deadline, is
+	// refused at once with Unavailable and a time to come back.
 	MaxConcurrentSigns int
 	QueueTimeout       time.Duration
+	MaxQueued          int
+	MaxQueuedPerNode   int
 }
+
+// Defaults of Config's queue bounds.
+const (
+	// DefaultQueueTimeout is long: ztunnel sends no deadline and retries
+	// every refusal with a backoff that grows to minutes, so a request
+	// that can be served within half a minute is better queued than
+	// refused.
+	DefaultQueueTimeout = 30 * time.Second
+	// DefaultMaxQueued bounds the memory of waiting requests (each holds
+	// its goroutine, stream and CSR: see BenchmarkQueuedRequestMemory).
+	DefaultMaxQueued = 65536
+	// DefaultMaxQueuedPerNode is eight times ztunnel's eight requests in
+	// flight.
+	DefaultMaxQueuedPerNode = 64
+)
 
 // Service implements IstioCertificateService.
 type Service struct {
@@ -78,6 +103,7 @@ type Service struct {
 	obs       Observer
 	clock     clock.PassiveClock
 	cpu       *cpuLimiter
+	refused   refusals
 }
 
 // NewService checks the configuration and returns the service.
@@ -103,14 +129,24 @@ func NewService(cfg Config) (*Service, error) {
 		cfg.MaxConcurrentSigns = runtime.GOMAXPROCS(0)
 	}
 	if cfg.QueueTimeout <= 0 {
-		cfg.QueueTimeout = time.Second
+		cfg.QueueTimeout = DefaultQueueTimeout
 	}
-	s.cpu = newCPULimiter(cfg.MaxConcurrentSigns, cfg.QueueTimeout)
+	if cfg.MaxQueued <= 0 {
+		cfg.MaxQueued = DefaultMaxQueued
+	}
+	if cfg.MaxQueuedPerNode <= 0 {
+		cfg.MaxQueuedPerNode = DefaultMaxQueuedPerNode
+	}
+	s.cpu = newCPULimiter(limiterConfig{n: cfg.MaxConcurrentSigns, wait: cfg.QueueTimeout,
+		maxQueued: cfg.MaxQueued, maxPerFlow: cfg.MaxQueuedPerNode})
 	if s.clock == nil {
 		s.clock = clock.RealClock{}
 	}
 	return s, nil
 }
+
+// Queued is the number of requests waiting for a signing slot.
+func (s *Service) Queued() int { return int(s.cpu.waiting.Load()) }
 
 // decision is what one request came to, for the log and the audit record.
 type decision struct {
@@ -135,9 +171,29 @@ func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertific
 	}
 	s.record(ctx, d, o, err, s.clock.Since(start))
 	if err != nil {
-		return nil, status.Error(o.code, o.message)
+		return nil, refusal(ctx, o)
 	}
 	return &capb.IstioCertificateResponse{CertChain: d.issued.Chain}, nil
+}
+
+// pushbackKey is the trailer gRPC clients with a retry policy read for
+// when to retry (gRFC A6); its value is in milliseconds.
+const pushbackKey = "grpc-retry-pushback-ms"
+
+// refusal is the status a refused request gets. An overloaded caller is
+// also told when to come back: in the grpc-retry-pushback-ms trailer and
+// in a google.rpc.RetryInfo detail.
+func refusal(ctx context.Context, o outcome) error {
+	st := status.New(o.code, o.message)
+	if o.retryAfter <= 0 {
+		return st.Err()
+	}
+	// Outside a gRPC stream (a direct call) there is no trailer to set.
+	_ = grpc.SetTrailer(ctx, metadata.Pairs(pushbackKey, strconv.FormatInt(o.retryAfter.Milliseconds(), 10)))
+	if detailed, err := st.WithDetails(&errdetails.RetryInfo{RetryDelay: durationpb.New(o.retryAfter)}); err == nil {
+		st = detailed
+	}
+	return st.Err()
 }
 
 // errPanic wraps a panic in the request path.
@@ -180,22 +236,42 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 		return reqErr
 	}
 	var csr *x509.CertificateRequest
-	if err := s.cpu.do(ctx, func() (err error) { csr, err = ca.ParseCSR([]byte(req.GetCsr())); return err }); err != nil {
+	flow := flowOf(d.caller)
+	if err := s.cpu.do(ctx, flow, false, func() (err error) { csr, err = ca.ParseCSR([]byte(req.GetCsr())); return err }); err != nil {
 		return err
 	}
 	if d.granted, err = s.authz.Authorize(ctx, d.caller, requested); err != nil {
 		return err
 	}
-	return s.cpu.do(ctx, func() (err error) {
+	return s.cpu.do(ctx, flow, true, func() (err error) {
 		d.issued, err = s.signer.Sign(ctx, ca.Request{CSR: csr, ID: d.granted, TTL: seconds(req.GetValidityDuration())})
 		return err
 	})
 }
 
+// flowOf is the share of the signing slots a caller's requests take: its
+// node's (a node agent asks for every workload of its node), or else its
+// pod's or its service account's.
+func flowOf(c authz.Caller) string {
+	switch {
+	case c.NodeName != "":
+		return "node/" + c.NodeName
+	case c.PodUID != "":
+		return "pod/" + c.PodUID
+	}
+	return "sa/" + c.Namespace + "/" + c.ServiceAccount
+}
+
 // record writes the audit record of a decision and reports it to the
-// observer. It never logs the token, a key or the CSR.
+// observer; refusals that decide nothing are summarized (see refusals).
+// It never logs the token, a key or the CSR.
 func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) {
 	s.obs.RequestDone(o.result, string(o.reason), took)
+	if err != nil && decidesNothing(o) {
+		s.refused.add(refusalKey{caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
+			result: o.result, reason: string(o.reason), code: o.code.String()}, s.clock.Now(), err.Error())
+		return
+	}
 	attrs := []slog.Attr{
 		slog.String("decision", o.result),
 		slog.String("caller", d.caller.Namespace+"/"+d.caller.ServiceAccount),

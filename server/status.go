@@ -3,12 +3,16 @@ package server
 import (
 	"context"
 	"errors"
+	"time"
 
 	"google.golang.org/grpc/codes"
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
 )
+
+// minRetryAfter is the least time an overloaded caller is told to wait.
+const minRetryAfter = 100 * time.Millisecond
 
 // errNotReady is returned while the CA cannot serve yet (CA material or pod
 // index not ready).
@@ -17,7 +21,10 @@ var errNotReady = errors.New("not ready")
 // outcome classifies an error for the caller, the logs and the metrics. It is
 // the one place where errors become gRPC codes.
 type outcome struct {
-	code codes.Code
+	// retryAfter, for an overload, is when the caller should come back
+	// (grpc-retry-pushback-ms and a RetryInfo detail); zero otherwise.
+	retryAfter time.Duration
+	code       codes.Code
 	// result is a short, bounded label: issued, unauthenticated, denied,
 	// invalid, unavailable, canceled, internal.
 	result string
@@ -41,8 +48,12 @@ func classify(err error) outcome {
 	case errors.Is(err, ca.ErrInvalidCSR), errors.Is(err, errInvalidRequest):
 		// The caller's own input: the full message helps them fix it.
 		return outcome{code: codes.InvalidArgument, result: "invalid", message: err.Error()}
-	case errors.Is(err, errOverloaded):
-		return outcome{code: codes.Unavailable, result: "unavailable", reason: "overloaded", message: "certificate authority overloaded, retry later"}
+	case errors.Is(err, authz.ErrOverloaded):
+		o := outcome{code: codes.Unavailable, result: "unavailable", reason: "overloaded", message: "certificate authority overloaded, retry later"}
+		if oe := (*authz.OverloadError)(nil); errors.As(err, &oe) {
+			o.retryAfter = max(oe.RetryAfter, minRetryAfter)
+		}
+		return o
 	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable):
 		return outcome{code: codes.Unavailable, result: "unavailable", message: "certificate authority temporarily unavailable"}
 	case errors.Is(err, context.Canceled):

@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
+	"github.com/workload-ca/workload-ca/server"
 )
 
 // serveConfig is the validated configuration of `workload-ca serve`.
@@ -59,6 +60,8 @@ type serveConfig struct {
 
 	MaxConcurrentSigns int
 	SignQueueTimeout   time.Duration
+	MaxQueued          int
+	MaxQueuedPerNode   int
 	AdminAddr          string
 	Pprof              bool
 	AuditLog           string
@@ -117,7 +120,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
 	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
-	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", time.Second, "how long a request waits for a signing slot before it fails with Unavailable")
+	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
+	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
+	fs.IntVar(&c.MaxQueuedPerNode, "max-queued-per-node", server.DefaultMaxQueuedPerNode, "requests from one node (its node agent and pods) that may wait for a signing slot, so that no node takes the queue")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
 	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
@@ -255,6 +260,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	}
 	if c.CADirPoll <= 0 {
 		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))
+	}
+	if c.SignQueueTimeout <= 0 || c.MaxQueued <= 0 || c.MaxQueuedPerNode <= 0 {
+		errs = append(errs, errors.New("--sign-queue-timeout, --max-queued-requests and --max-queued-per-node must be positive"))
 	}
 	if c.TokenKeysRefresh <= 0 {
 		errs = append(errs, errors.New("--token-keys-refresh must be positive"))

@@ -84,6 +84,7 @@ type app struct {
 	// (nil with --token-verification=tokenreview).
 	accounts  *saindex.Index
 	reviewer  *tokenreview.Reviewer
+	svc       *server.Service
 	serving   *server.ServingCert
 	readiness *admin.Readiness
 	grpc      *server.GRPCServer
@@ -421,10 +422,11 @@ func (a *app) buildServer(ctx context.Context) error {
 		}},
 		{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
 	}, a.extraChecks...)...)
-	svc, err := server.NewService(server.Config{
+	a.svc, err = server.NewService(server.Config{
 		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
 		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) }, ClusterID: a.cfg.ClusterID,
 		MaxConcurrentSigns: a.cfg.MaxConcurrentSigns, QueueTimeout: a.cfg.SignQueueTimeout,
+		MaxQueued: a.cfg.MaxQueued, MaxQueuedPerNode: a.cfg.MaxQueuedPerNode,
 	})
 	if err != nil {
 		return err
@@ -438,7 +440,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	}
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
-	a.grpc = server.NewGRPCServer(svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
+	a.grpc = server.NewGRPCServer(a.svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))),
 		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod))
@@ -514,7 +516,7 @@ func (a *app) buildAdmin(context.Context) error {
 			ServiceAccounts: s.ServiceAccounts, Lookups: s.Lookups, LookupsRefused: s.LookupsRefused}
 	})
 	metrics.WatchAuthn(a.reg, func() metrics.AuthnStats {
-		st := metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), Accounts: -1}
+		st := metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), QueuedRequests: a.svc.Queued(), Accounts: -1}
 		if a.accounts != nil {
 			st.Accounts, st.AccountsSynced = a.accounts.Len(), a.accounts.HasSynced()
 		}

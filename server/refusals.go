@@ -1,0 +1,131 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// DefaultRefusalSummaryInterval is how often the refusals that decide
+// nothing are summarized in the audit log.
+const DefaultRefusalSummaryInterval = 10 * time.Second
+
+// maxRefusalKeys bounds the callers a summary tells apart in one interval;
+// beyond them, refusals are counted together under one record.
+const maxRefusalKeys = 1024
+
+// refusals summarizes the refusals that decide nothing: a request refused
+// because the CA is overloaded, not ready or cannot reach Kubernetes, or
+// that its caller gave up. Each gets a counter (the Observer) but not an
+// audit record of its own: under overload they would come by the hundred
+// thousand, costing the CPU they were refused to save, and would bury the
+// records that matter. Instead, one record per caller, reason and code
+// and interval says how many there were, with the first error as a
+// sample. Issued and denied requests keep one record each.
+type refusals struct {
+	mu     sync.Mutex
+	counts map[refusalKey]*refusalCount
+	other  refusalCount // refusals beyond maxRefusalKeys distinct keys
+}
+
+type refusalKey struct {
+	caller, node, result, reason, code string
+}
+
+type refusalCount struct {
+	n           int
+	first, last time.Time
+	sample      string // the first error
+}
+
+func (c *refusalCount) add(at time.Time, err string) {
+	if c.n == 0 {
+		c.first, c.sample = at, err
+	}
+	c.n++
+	c.last = at
+}
+
+// add counts one refusal.
+func (r *refusals) add(k refusalKey, at time.Time, err string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.counts == nil {
+		r.counts = map[refusalKey]*refusalCount{}
+	}
+	c, ok := r.counts[k]
+	if !ok {
+		if len(r.counts) >= maxRefusalKeys {
+			r.other.add(at, err)
+			return
+		}
+		c = &refusalCount{}
+		r.counts[k] = c
+	}
+	c.add(at, err)
+}
+
+// flush writes one summary record per key counted since the last flush,
+// through write, and forgets them.
+func (r *refusals) flush(write func(level slog.Level, msg string, attrs []slog.Attr)) {
+	r.mu.Lock()
+	counts, other := r.counts, r.other
+	r.counts, r.other = nil, refusalCount{}
+	r.mu.Unlock()
+	for k, c := range counts {
+		write(slog.LevelWarn, "certificate requests refused (summary)", append([]slog.Attr{
+			slog.String("decision", k.result),
+			slog.String("caller", k.caller),
+			slog.String("node", k.node),
+			slog.String("reason", k.reason),
+			slog.String("code", k.code),
+		}, c.attrs()...))
+	}
+	if other.n > 0 {
+		write(slog.LevelWarn, "certificate requests refused (summary)", append([]slog.Attr{
+			slog.String("caller", "(others)")}, other.attrs()...))
+	}
+}
+
+func (c *refusalCount) attrs() []slog.Attr {
+	return []slog.Attr{
+		slog.Int("count", c.n),
+		slog.Time("first", c.first),
+		slog.Time("last", c.last),
+		slog.String("sample_error", c.sample),
+	}
+}
+
+// decidesNothing reports whether a request's outcome is a refusal that
+// decides nothing about the caller: summarized, not recorded one by one.
+func decidesNothing(o outcome) bool {
+	return o.result == "unavailable" || o.result == "canceled"
+}
+
+// RunAudit writes the summaries of the refusals that decide nothing every
+// interval (DefaultRefusalSummaryInterval if not positive) until ctx ends,
+// and once more then.
+func (s *Service) RunAudit(ctx context.Context, interval time.Duration) {
+	if interval <= 0 {
+		interval = DefaultRefusalSummaryInterval
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			s.FlushAudit()
+			return
+		case <-t.C:
+			s.FlushAudit()
+		}
+	}
+}
+
+// FlushAudit writes the summaries of the refusals counted so far.
+func (s *Service) FlushAudit() {
+	s.refused.flush(func(level slog.Level, msg string, attrs []slog.Attr) {
+		s.writeAudit(context.Background(), level, msg, attrs)
+	})
+}
