@@ -53,7 +53,9 @@ type fakeCA struct {
 	maxInFlight map[string]int
 	peers       map[string]map[string]bool // token -> peer addresses
 	issued      map[string]int             // token|identity -> count
+	issuedAt    map[string]time.Time       // identity -> when it was issued last
 	failures    map[string]int
+	failedAt    map[string][]time.Time // identity -> when each failure was answered
 }
 
 func (f *fakeCA) CreateCertificate(ctx context.Context, req *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error) {
@@ -76,6 +78,10 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *capb.IstioCertifica
 	fail := f.failures[want] < f.flaky[want]
 	if fail {
 		f.failures[want]++
+		if f.failedAt == nil {
+			f.failedAt = map[string][]time.Time{}
+		}
+		f.failedAt[want] = append(f.failedAt[want], time.Now())
 	}
 	f.mu.Unlock()
 	defer func() {
@@ -99,6 +105,10 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *capb.IstioCertifica
 	}
 	f.mu.Lock()
 	f.issued[token+"|"+want]++
+	if f.issuedAt == nil {
+		f.issuedAt = map[string]time.Time{}
+	}
+	f.issuedAt[want] = time.Now()
 	f.mu.Unlock()
 	return &capb.IstioCertificateResponse{CertChain: chain}, nil
 }

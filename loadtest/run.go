@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	mrand "math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,22 @@ const (
 	DefaultCSRsPerIdentity  = 2
 	DefaultProgressInterval = time.Second
 	DefaultOnceDeadline     = time.Minute
+)
+
+// Storm retry policies (Config.Retry).
+const (
+	// RetryZtunnel retries each identity after ztunnel's backoff: about
+	// a second, doubling up to 150s, with 20% jitter either way.
+	RetryZtunnel = "ztunnel"
+	// RetryAggressive retries at once, as a misbehaving client would.
+	RetryAggressive = "aggressive"
+)
+
+// ztunnel's backoff (its secret manager's, per identity).
+const (
+	backoffInitial = time.Second
+	backoffMax     = 150 * time.Second
+	backoffJitter  = 0.2
 )
 
 // Error classes that are not gRPC codes.
@@ -73,9 +90,18 @@ type Config struct {
 	Rate float64
 	// Once runs a cold-start storm instead (see the package comment).
 	Once bool
+	// Retry is how a storm retries a failed request: RetryZtunnel (the
+	// default), per identity after ztunnel's backoff, or RetryAggressive,
+	// at once.
+	Retry string
+	// Hold keeps a storm's connections open, idle, for this long after
+	// the last ztunnel is done (to measure what idle connections cost the
+	// CA).
+	Hold time.Duration
 	// InFlight bounds outstanding requests per ztunnel (default 8).
 	InFlight int
-	// Timeout is each request's deadline (default 10s).
+	// Timeout is each request's deadline (default 10s), and bounds
+	// connecting. A storm's requests have none, as ztunnel's do not.
 	Timeout time.Duration
 	// TTL is the requested lifetime (default 24h).
 	TTL time.Duration
@@ -106,6 +132,13 @@ func (c *Config) setDefaults() error {
 		}
 	} else if c.Duration == 0 {
 		return errors.New("loadtest: Duration is required")
+	}
+	switch c.Retry {
+	case "":
+		c.Retry = RetryZtunnel
+	case RetryZtunnel, RetryAggressive:
+	default:
+		return fmt.Errorf("loadtest: Retry %q: want %s or %s", c.Retry, RetryZtunnel, RetryAggressive)
 	}
 	c.InFlight = orDefault(c.InFlight, DefaultInFlight)
 	c.Timeout = orDefault(c.Timeout, DefaultTimeout)
@@ -152,6 +185,13 @@ type Summary struct {
 	AllDoneSeconds     float64 `json:"all_done_seconds,omitempty"`
 	ZtunnelsDone       int     `json:"ztunnels_done,omitempty"`
 	ZtunnelDoneP50Secs float64 `json:"ztunnel_done_p50_seconds,omitempty"`
+	// Once mode: how the storm retried, and the certificates and errors
+	// of each second of it (the goodput curve).
+	Retry           string    `json:"retry,omitempty"`
+	CertsPerSecond  []uint64  `json:"certs_per_second,omitempty"`
+	ErrorsPerSecond []uint64  `json:"errors_per_second,omitempty"`
+	HoldStart       time.Time `json:"hold_start,omitzero"`
+	HoldEnd         time.Time `json:"hold_end,omitzero"`
 }
 
 // Latency percentiles in milliseconds.
@@ -210,6 +250,9 @@ type runner struct {
 	allErrs atomic.Uint64
 
 	stormTook time.Duration // Once: until the last ztunnel finished or gave up
+	// Once: completions in each second of the storm.
+	okPerSec, errPerSec []atomic.Uint64
+	holdFrom, holdTo    time.Time
 }
 
 // Run runs the load test described by cfg until it is done or ctx ends,
@@ -252,8 +295,11 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	stopProgress := r.progress()
 	switch {
 	case cfg.Once:
+		secs := int(cfg.Duration/time.Second) + 1
+		r.okPerSec, r.errPerSec = make([]atomic.Uint64, secs), make([]atomic.Uint64, secs)
 		r.storm()
 		r.stormTook = time.Since(r.start)
+		r.hold(ctx)
 	case cfg.Rate > 0:
 		r.openLoop()
 	default:
@@ -363,7 +409,10 @@ func (r *runner) connectAll(ctx context.Context) error {
 // check of the certificates.
 func (r *runner) send(z *ztunnel, n uint64) (time.Time, error) {
 	req, id := z.request(n)
-	ctx, cancel := context.WithTimeout(z.ctx, r.cfg.Timeout)
+	ctx, cancel := z.ctx, context.CancelFunc(func() {})
+	if !r.cfg.Once { // ztunnel sends no deadline
+		ctx, cancel = context.WithTimeout(z.ctx, r.cfg.Timeout)
+	}
 	defer cancel()
 	resp, err := z.client.CreateCertificate(ctx, req)
 	answered := time.Now()
@@ -395,6 +444,15 @@ func (r *runner) record(due, end time.Time, err error) bool {
 		r.allErrs.Add(1)
 	} else {
 		r.allOK.Add(1)
+	}
+	if r.cfg.Once {
+		perSec := r.okPerSec
+		if err != nil {
+			perSec = r.errPerSec
+		}
+		if sec := int(end.Sub(r.start) / time.Second); sec >= 0 && sec < len(perSec) {
+			perSec[sec].Add(1)
+		}
 	}
 	if !r.cfg.Once && (end.Before(r.winFrom) || !end.Before(r.winTo)) {
 		return false
@@ -516,7 +574,7 @@ func (r *runner) storm() {
 				sem <- struct{}{}
 				mine.Go(func() {
 					defer func() { <-sem }()
-					if !r.fetch(z, uint64(i)) {
+					if !r.fetch(z, uint64(i), sem) {
 						failed.Store(true)
 					}
 				})
@@ -530,10 +588,11 @@ func (r *runner) storm() {
 	wg.Wait()
 }
 
-// fetch gets identity i of z, retrying as ztunnel does (backoff from 50ms,
-// doubling up to 1s), and reports whether it got it.
-func (r *runner) fetch(z *ztunnel, i uint64) bool {
-	backoff := 50 * time.Millisecond
+// fetch gets identity i of z, retrying as Config.Retry says, and reports
+// whether it got it. Like ztunnel, it gives its slot up while it waits to
+// retry: the identity is asked for again when its backoff has passed.
+func (r *runner) fetch(z *ztunnel, i uint64, sem chan struct{}) bool {
+	backoff := backoffInitial
 	for attempt := uint64(0); ; attempt++ {
 		t0 := time.Now()
 		end, err := r.send(z, i+attempt*uint64(len(z.ids)))
@@ -541,13 +600,40 @@ func (r *runner) fetch(z *ztunnel, i uint64) bool {
 		if err == nil {
 			return true
 		}
+		if r.runCtx.Err() != nil {
+			return false
+		}
+		if r.cfg.Retry == RetryAggressive {
+			continue
+		}
+		<-sem
 		select {
 		case <-r.runCtx.Done():
+			sem <- struct{}{}
 			return false
-		case <-time.After(backoff):
+		case <-time.After(jittered(backoff)):
 		}
-		backoff = min(2*backoff, time.Second)
+		sem <- struct{}{}
+		backoff = min(2*backoff, backoffMax)
 	}
+}
+
+// jittered is d give or take backoffJitter.
+func jittered(d time.Duration) time.Duration {
+	return time.Duration(float64(d) * (1 + backoffJitter*(2*mrand.Float64()-1)))
+}
+
+// hold keeps the connections open, idle, for Config.Hold.
+func (r *runner) hold(ctx context.Context) {
+	if r.cfg.Hold <= 0 {
+		return
+	}
+	r.holdFrom = time.Now()
+	select {
+	case <-time.After(r.cfg.Hold):
+	case <-ctx.Done():
+	}
+	r.holdTo = time.Now()
 }
 
 // progress prints a line every interval until the returned func is called.
@@ -626,6 +712,13 @@ func (r *runner) summary(setup time.Duration) *Summary {
 		// The window is the storm itself.
 		s.WindowEnd = r.start.Add(r.stormTook)
 		s.WindowSeconds = r.stormTook.Seconds()
+		s.Retry = r.cfg.Retry
+		secs := min(len(r.okPerSec), int(r.stormTook/time.Second)+1)
+		for i := range secs {
+			s.CertsPerSecond = append(s.CertsPerSecond, r.okPerSec[i].Load())
+			s.ErrorsPerSecond = append(s.ErrorsPerSecond, r.errPerSec[i].Load())
+		}
+		s.HoldStart, s.HoldEnd = r.holdFrom, r.holdTo
 	}
 	if s.WindowSeconds > 0 {
 		s.CertsPerSec = float64(s.Certs) / s.WindowSeconds

@@ -209,6 +209,71 @@ func TestRunOnce(t *testing.T) {
 	checkOwnConnections(t, f, cfg.Plan)
 }
 
+// TestRunOnceBacksOffLikeZtunnel: an identity that fails is asked for
+// again after about a second, then two (20% either way), and meanwhile
+// gives its slot up to the ztunnel's other identities. The goodput curve
+// counts every answer in its second.
+func TestRunOnceBacksOffLikeZtunnel(t *testing.T) {
+	flaky := id("sa-0-0")
+	f := &fakeCA{flaky: map[string]int{flaky: 2}}
+	cfg := startFake(t, f)
+	cfg.Plan, cfg.Once, cfg.InFlight = plan(1, 3), true, 1
+	began := time.Now()
+	s, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ZtunnelsDone != 1 || s.Certs != 3 || s.Errors != 2 || s.Retry != RetryZtunnel {
+		t.Fatalf("%d done, %d certs, %d errors, retry %q; want 1, 3, 2, ztunnel", s.ZtunnelsDone, s.Certs, s.Errors, s.Retry)
+	}
+	f.mu.Lock()
+	failed, done := f.failedAt[flaky], f.issuedAt[flaky]
+	others := []time.Time{f.issuedAt[id("sa-0-1")], f.issuedAt[id("sa-0-2")]}
+	f.mu.Unlock()
+	for i, want := range []time.Duration{time.Second, 2 * time.Second} {
+		next := done
+		if i+1 < len(failed) {
+			next = failed[i+1]
+		}
+		if gap := next.Sub(failed[i]); gap < want*8/10 || gap > want*12/10+100*time.Millisecond {
+			t.Errorf("retry %d came %v after the failure, want %v ±20%%", i+1, gap, want)
+		}
+	}
+	for _, at := range others {
+		if at.Sub(began) > 500*time.Millisecond {
+			t.Errorf("another identity was issued %v into the storm: it waited for the flaky one's backoff", at.Sub(began))
+		}
+	}
+	if sumOf(s.CertsPerSecond) != s.Certs || sumOf(s.ErrorsPerSecond) != s.Errors || len(s.CertsPerSecond) < 3 {
+		t.Errorf("per second: certs %v, errors %v; want them to add up to %d and %d over 3 s or more",
+			s.CertsPerSecond, s.ErrorsPerSecond, s.Certs, s.Errors)
+	}
+}
+
+// TestRunOnceAggressiveRetriesAtOnce: with RetryAggressive a failure is
+// retried at once.
+func TestRunOnceAggressiveRetriesAtOnce(t *testing.T) {
+	flaky := id("sa-0-0")
+	f := &fakeCA{flaky: map[string]int{flaky: 20}}
+	cfg := startFake(t, f)
+	cfg.Plan, cfg.Once, cfg.Retry = plan(1, 2), true, RetryAggressive
+	s, err := Run(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.ZtunnelsDone != 1 || s.Errors != 20 || s.AllDoneSeconds > 1 {
+		t.Errorf("%d done, %d errors, all done after %vs; want 1, 20, under a second", s.ZtunnelsDone, s.Errors, s.AllDoneSeconds)
+	}
+}
+
+func sumOf(v []uint64) uint64 {
+	var n uint64
+	for _, x := range v {
+		n += x
+	}
+	return n
+}
+
 func TestRunOnceGivesUp(t *testing.T) {
 	f := &fakeCA{deny: map[string]bool{id("sa-0-0"): true}}
 	cfg := startFake(t, f)

@@ -14,7 +14,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 	p("ztunnels      %d (%d identities, at most %d requests in flight each)\n", s.Ztunnels, s.Identities, s.InFlight)
 	switch s.Mode {
 	case "once":
-		p("mode          cold-start storm: every identity once, all ztunnels at once\n")
+		p("mode          cold-start storm: every identity once, all ztunnels at once, retries %s\n", s.Retry)
 		if s.AllDoneSeconds > 0 {
 			p("all done in   %.3fs (median ztunnel %.3fs)\n", s.AllDoneSeconds, s.ZtunnelDoneP50Secs)
 		} else {

@@ -28,7 +28,9 @@ The plan is a JSON array, one object per ztunnel:
 Modes: the maximum rate (closed loop, the default); --rate R (open loop at R
 requests/s in total, latency measured from when each request was due); --once
 (a cold-start storm: every ztunnel asks for each identity once, all at the
-same time; --duration is then the deadline).
+same time, with no deadline per request, as ztunnel; --duration is then the
+deadline of the storm, and --retry says how failures are retried: after
+ztunnel's backoff, or at once).
 
 Flags:
 `
@@ -61,6 +63,8 @@ func parseLoadtestFlags(args []string, stderr io.Writer) (loadtestConfig, error)
 	fs.DurationVar(&r.Warmup, "warmup", 3*time.Second, "warm-up before the measured window, not counted")
 	fs.Float64Var(&r.Rate, "rate", 0, "total target rate in requests/s, open loop; 0 is the maximum rate, closed loop")
 	fs.BoolVar(&r.Once, "once", false, "cold-start storm: every ztunnel asks for each of its identities once, all at once")
+	fs.StringVar(&r.Retry, "retry", loadtest.RetryZtunnel, "with --once, how a failed request is retried: ztunnel (after ztunnel's backoff, from 1s doubling to 150s, 20% jitter) or aggressive (at once)")
+	fs.DurationVar(&r.Hold, "hold", 0, "with --once, keep the connections open and idle this long after the storm")
 	fs.IntVar(&c.limit, "ztunnels-limit", 0, "use only the first N ztunnels of the plan (0: all)")
 	fs.IntVar(&r.InFlight, "in-flight", loadtest.DefaultInFlight, "most requests outstanding per ztunnel")
 	fs.DurationVar(&r.Timeout, "timeout", loadtest.DefaultTimeout, "deadline of each request, and of connecting")
@@ -87,6 +91,12 @@ func parseLoadtestFlags(args []string, stderr io.Writer) (loadtestConfig, error)
 	}
 	if r.Once && r.Rate > 0 {
 		errs = append(errs, errors.New("--once and --rate exclude each other"))
+	}
+	if r.Retry != loadtest.RetryZtunnel && r.Retry != loadtest.RetryAggressive {
+		errs = append(errs, fmt.Errorf("--retry %q: want %s or %s", r.Retry, loadtest.RetryZtunnel, loadtest.RetryAggressive))
+	}
+	if r.Hold < 0 || (r.Hold > 0 && !r.Once) {
+		errs = append(errs, errors.New("--hold must not be negative, and needs --once"))
 	}
 	if fs.NArg() > 0 {
 		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
