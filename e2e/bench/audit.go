@@ -24,14 +24,15 @@ func handlingTimes(path string, from, to time.Time) ([]time.Duration, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		var rec struct {
-			Time time.Time     `json:"time"`
-			Took time.Duration `json:"took"` // slog writes a Duration as nanoseconds
+			Time time.Time      `json:"time"`
+			Took *time.Duration `json:"took"` // slog writes a Duration as nanoseconds
 		}
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			return nil, err
 		}
-		if !rec.Time.Before(from) && rec.Time.Before(to) {
-			took = append(took, rec.Took)
+		// Summaries of refusals are records of no one request.
+		if rec.Took != nil && !rec.Time.Before(from) && rec.Time.Before(to) {
+			took = append(took, *rec.Took)
 		}
 	}
 	if err := sc.Err(); err != nil {

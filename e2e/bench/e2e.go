@@ -31,7 +31,8 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
 	args := []string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}
-	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" {
+	// The storms force collections through pprof, to measure memory.
+	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" || phase != "start" {
 		args = append(args, "--pprof")
 	}
 	pollCtx, stopPoll := context.WithCancel(ctx)
@@ -330,40 +331,3 @@ func (b *bench) recordSteal(phase string, r *loadRun) {
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-
-// measureStorm has every ztunnel of plan ask for all its identities at
-// once from a freshly started CA, and counts the TokenReviews the
-// apiserver audited meanwhile.
-func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string) error {
-	b.logf("cold-start storm: %d ztunnels × %d identities at once, fresh CA", b.opts.stormZtunnels, b.opts.stormIdentities)
-	before, err := cp.CountAudit("", "tokenreviews")
-	if err != nil {
-		return err
-	}
-	r, runErr := b.runLoadtest(ctx, cp, ca, "--once", "--plan", plan, "--duration", "2m")
-	if r == nil {
-		return runErr
-	}
-	// The apiserver writes an audit event just after its response: wait for
-	// at least one review per token, then a little longer for stragglers.
-	_, _ = cp.WaitAuditCount(ctx, "", "tokenreviews", before+b.opts.stormZtunnels)
-	time.Sleep(500 * time.Millisecond)
-	after, err := cp.CountAudit("", "tokenreviews")
-	if err != nil {
-		return err
-	}
-	s := r.sum
-	b.res.set("storm_ztunnels", s.Ztunnels)
-	b.res.set("storm_certs", s.Certs)
-	b.res.set("storm_errors", s.Errors)
-	b.res.set("storm_distinct_tokens", s.Ztunnels) // one token per ztunnel
-	b.res.set("storm_tokenreviews", after-before)
-	b.res.set("storm_seconds", s.AllDoneSeconds)
-	b.res.set("storm_p99_ms", s.LatencyMS.P99)
-	if r.cores["server"] >= 0 {
-		b.res.set("storm_server_cpu_seconds", r.cpu["server"])
-	}
-	b.logf("  all %d ztunnels done after %.3fs (%d of them), %d TokenReviews, errors %d %v",
-		s.Ztunnels, s.AllDoneSeconds, s.ZtunnelsDone, after-before, s.Errors, s.ErrorsByCode)
-	return runErr
-}

@@ -12,7 +12,12 @@
 //     first at the maximum rate (the server's CPU is read from /proc), then
 //     open loop at half that rate for latency.
 //  3. Cold-start storm: a fresh CA process, every ztunnel asking for all its
-//     identities at once; TokenReviews counted in the apiserver's audit log.
+//     identities at once, retrying as ztunnel does; TokenReviews counted in
+//     the apiserver's audit log, the leader's Lease read before and after,
+//     the certificates of each second plotted beside the results; then the
+//     storm's connections held open and idle, for the memory they cost.
+//     Then the same storm against another fresh CA, with a client that
+//     retries at once.
 //  4. Pod index at 150,000 pods over 5,000 nodes (podindex benchmarks).
 //  5. Start to ready: process start to gRPC SERVING, and to /readyz.
 //
@@ -44,12 +49,15 @@ type options struct {
 	binary                         string
 	ztunnels, identities           int
 	stormZtunnels, stormIdentities int
+	stormDeadline                  time.Duration
+	stormOnly                      bool
 	duration, warmup               time.Duration
 	halfWarmup                     time.Duration
 	floorTime                      time.Duration
 	podindex                       bool
 	cpuProfile, halfCPUProfile     string
 	halfTrace                      string
+	idleHeapProfile                string
 	keep                           bool
 	strict                         bool
 	placement                      string
@@ -71,6 +79,8 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.IntVar(&o.identities, "identities", 10, "identities per ztunnel in the end-to-end runs")
 	fs.IntVar(&o.stormZtunnels, "storm-ztunnels", 50, "ztunnels of the cold-start storm")
 	fs.IntVar(&o.stormIdentities, "storm-identities", 10, "identities per ztunnel in the storm")
+	fs.DurationVar(&o.stormDeadline, "storm-deadline", 2*time.Minute, "longest a storm may take")
+	fs.BoolVar(&o.stormOnly, "storm-only", false, "run only the storms (no crypto floor, pod index or rate runs)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured window of each end-to-end run")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "warm-up of the maximum-rate run")
 	fs.DurationVar(&o.halfWarmup, "half-warmup", time.Second, "warm-up of the half-rate run")
@@ -79,6 +89,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.StringVar(&o.cpuProfile, "cpuprofile", "", "write the server's CPU profile during the maximum-rate run here (serves with --pprof)")
 	fs.StringVar(&o.halfCPUProfile, "half-cpuprofile", "", "write the server's CPU profile during the half-rate run here (serves with --pprof)")
 	fs.StringVar(&o.halfTrace, "half-trace", "", "write the server's execution trace during the half-rate run here (serves with --pprof)")
+	fs.StringVar(&o.idleHeapProfile, "idle-heap-profile", "", "write the server's heap profile while the storm's connections are idle here")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
@@ -146,9 +157,11 @@ func (b *bench) logf(format string, args ...any) {
 // run where they can.
 func (b *bench) run(ctx context.Context) error {
 	var errs []error
-	b.logf("crypto floor (%v per CA key type)", b.opts.floorTime)
-	errs = append(errs, b.measureFloor())
-	if b.opts.podindex {
+	if !b.opts.stormOnly {
+		b.logf("crypto floor (%v per CA key type)", b.opts.floorTime)
+		errs = append(errs, b.measureFloor())
+	}
+	if b.opts.podindex && !b.opts.stormOnly {
 		b.logf("pod index at 150,000 pods over 5,000 nodes")
 		errs = append(errs, b.measurePodIndex(ctx))
 	}
@@ -259,38 +272,35 @@ func (b *bench) endToEnd(ctx context.Context) (err error) {
 		return err
 	}
 
+	var errs []error
+	if !b.opts.stormOnly {
+		errs = append(errs, b.measureRates(ctx, startCtx, cp, e2ePlan))
+	}
+	if ctx.Err() != nil {
+		return errors.Join(append(errs, ctx.Err())...)
+	}
+	// Each storm needs a fresh process: an empty token cache.
+	errs = append(errs, b.measureStorms(ctx, cp, stormPlan, b.opts.stormZtunnels*b.opts.stormIdentities))
+	return errors.Join(errs...)
+}
+
+// measureRates starts the CA and runs the maximum-rate and half-rate load,
+// with the crypto floor measured right before and after the first.
+func (b *bench) measureRates(ctx, startCtx context.Context, cp *controlplane.ControlPlane, plan string) (err error) {
 	ca, err := b.startCA(startCtx, cp, "start")
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if ca != nil {
-			err = errors.Join(err, ca.Stop())
-		}
-	}()
+	defer func() { err = errors.Join(err, ca.Stop()) }()
 	before, floorErr := b.bracketFloor()
 	errs := []error{floorErr}
-	maxRate, err := b.measureMaxRate(ctx, cp, ca, e2ePlan)
+	maxRate, err := b.measureMaxRate(ctx, cp, ca, plan)
 	errs = append(errs, err)
 	if err == nil && floorErr == nil {
 		errs = append(errs, b.refloor(before))
 	}
 	if err == nil && maxRate > 0 {
-		errs = append(errs, b.measureHalfRate(ctx, cp, ca, e2ePlan, maxRate/2))
+		errs = append(errs, b.measureHalfRate(ctx, cp, ca, plan, maxRate/2))
 	}
-	if ctx.Err() != nil {
-		return errors.Join(append(errs, ctx.Err())...)
-	}
-	// The storm needs a fresh process: empty token cache.
-	stopErr := ca.Stop()
-	ca = nil
-	if stopErr != nil {
-		return errors.Join(append(errs, fmt.Errorf("stopping the CA: %w", stopErr))...)
-	}
-	ca, err = b.startCA(ctx, cp, "restart")
-	if err != nil {
-		return errors.Join(append(errs, err)...)
-	}
-	errs = append(errs, b.measureStorm(ctx, cp, ca, stormPlan))
 	return errors.Join(errs...)
 }

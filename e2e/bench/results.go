@@ -83,6 +83,7 @@ type tableSummary struct{ missed int }
 // table prints the metrics with their targets to stdout.
 func (r results) table() tableSummary {
 	distinct, _ := r.num("storm_distinct_tokens")
+	planned, _ := r.num("storm_planned_certs")
 	podList, _ := r.num("pod_list_seconds")
 	zero := func(v float64) bool { return v == 0 }
 	rows := []row{
@@ -126,12 +127,27 @@ func (r results) table() tableSummary {
 		{key: "half_rate_gc_cpu_ms_per_cycle", format: "%.1f"},
 		{key: "half_rate_errors", format: "%.0f", target: "0", ok: zero},
 		{key: "storm_ztunnels", format: "%.0f"},
-		{key: "storm_certs", format: "%.0f"},
+		{key: "storm_planned_certs", format: "%.0f"},
+		{key: "storm_certs", format: "%.0f", target: fmt.Sprintf("= %.0f (planned)", planned), ok: func(v float64) bool { return planned > 0 && v == planned }},
 		{key: "storm_distinct_tokens", format: "%.0f"},
 		{key: "storm_tokenreviews", format: "%.0f", target: fmt.Sprintf("<= %.0f (distinct tokens)", distinct), ok: func(v float64) bool { return distinct > 0 && v <= distinct }},
-		{key: "storm_seconds", format: "%.3f"},
+		{key: "storm_seconds", format: "%.3f", target: "<= 60", ok: func(v float64) bool { return v > 0 && v <= 60 }},
 		{key: "storm_p99_ms", format: "%.2f"},
-		{key: "storm_errors", format: "%.0f", target: "0", ok: zero},
+		{key: "storm_errors", format: "%.0f"},
+		{key: "storm_leader_changes", format: "%.0f", target: "0", ok: zero},
+		{key: "storm_server_cpu_seconds", format: "%.1f"},
+		{key: "storm_ca_rss_mib_end", format: "%.0f"},
+		{key: "storm_ca_rss_mib_peak", format: "%.0f"},
+		{key: "idle_connections", format: "%.0f"},
+		{key: "idle_bytes_per_connection", format: "%.0f", target: "<= 65536", ok: func(v float64) bool { return v <= 65536 }},
+		{key: "idle_rss_bytes_per_connection", format: "%.0f"},
+		{key: "idle_goroutines_per_connection", format: "%.1f"},
+		{key: "storm_aggressive_certs", format: "%.0f", target: fmt.Sprintf("= %.0f (planned)", planned), ok: func(v float64) bool { return planned > 0 && v == planned }},
+		{key: "storm_aggressive_seconds", format: "%.3f"},
+		{key: "storm_aggressive_errors", format: "%.0f"},
+		{key: "storm_aggressive_tokenreviews", format: "%.0f", target: fmt.Sprintf("<= %.0f (distinct tokens)", distinct), ok: func(v float64) bool { return distinct > 0 && v <= distinct }},
+		{key: "storm_aggressive_leader_changes", format: "%.0f", target: "0", ok: zero},
+		{key: "storm_aggressive_to_ztunnel_ratio", format: "%.2f", target: "<= 1.5", ok: func(v float64) bool { return v <= 1.5 }},
 		{key: "podindex_bytes_per_pod", format: "%.1f", target: "<= 100", ok: func(v float64) bool { return v <= 100 }},
 		{key: "podindex_relist_bytes_per_pod", format: "%.1f"},
 		{key: "podindex_rss_mib", format: "%.1f"},
@@ -142,6 +158,7 @@ func (r results) table() tableSummary {
 		{key: "start_to_readyz_seconds", format: "%.3f"},
 		{key: "restart_to_ready_seconds", format: "%.3f"},
 		{key: "restart_to_readyz_seconds", format: "%.3f"},
+		{key: "restart_aggressive_to_ready_seconds", format: "%.3f"},
 		{key: "load_avg_1m_start", format: "%.2f"},
 		{key: "load_avg_1m_end", format: "%.2f"},
 	}

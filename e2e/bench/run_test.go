@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
@@ -35,20 +36,33 @@ func TestBenchRuns(t *testing.T) {
 	for _, key := range []string{
 		"floor_certs_per_sec_per_core", "e2e_certs_per_sec", "e2e_server_cores_used", "e2e_ratio_to_floor",
 		"p99_ms_at_half_rate", "storm_distinct_tokens", "start_to_ready_seconds",
-		"half_rate_certs_per_sec", "service_p99_ms_at_half_rate",
+		"half_rate_certs_per_sec", "service_p99_ms_at_half_rate", "idle_bytes_per_connection",
 	} {
 		if v, ok := res[key].(float64); !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive number", key, res[key])
 		}
 	}
 	distinct, _ := res["storm_distinct_tokens"].(float64)
-	if v, ok := res["storm_tokenreviews"].(float64); !ok || v < 1 || v > distinct {
-		t.Errorf("storm_tokenreviews = %v, want 1 to storm_distinct_tokens (%v)", res["storm_tokenreviews"], res["storm_distinct_tokens"])
+	for _, key := range []string{"storm_tokenreviews", "storm_aggressive_tokenreviews"} {
+		if v, ok := res[key].(float64); !ok || v < 0 || v > distinct {
+			t.Errorf("%s = %v, want 0 to storm_distinct_tokens (%v)", key, res[key], res["storm_distinct_tokens"])
+		}
 	}
-	for _, key := range []string{"e2e_errors", "half_rate_errors"} {
+	for _, key := range []string{"e2e_errors", "half_rate_errors", "storm_leader_changes", "storm_aggressive_leader_changes"} {
 		if v, ok := res[key].(float64); !ok || v != 0 {
 			t.Errorf("%s = %v, want 0", key, res[key])
 		}
+	}
+	for _, key := range []string{"storm_certs", "storm_aggressive_certs"} {
+		if res[key] != res["storm_planned_certs"] {
+			t.Errorf("%s = %v, want every planned certificate (%v)", key, res[key], res["storm_planned_certs"])
+		}
+	}
+	if curve, ok := res["storm_certs_per_second"].([]any); !ok || len(curve) == 0 {
+		t.Errorf("storm_certs_per_second = %v, want the goodput curve", res["storm_certs_per_second"])
+	}
+	if _, err := os.Stat(strings.TrimSuffix(out, ".json") + "-storm.png"); err != nil {
+		t.Errorf("goodput plot: %v", err)
 	}
 	// The half-rate window may see no collection end; when it does, both
 	// numbers are there.
