@@ -43,9 +43,10 @@ const yieldBelow = 32
 // Callers queue in order, within bounds that keep one caller from taking
 // the queue and the queue from taking the memory: at most maxQueued in
 // all and maxPerFlow of one flow (the node a request comes from), and
-// none whose turn would come after its deadline or after wait. Beyond
-// them a caller is refused at once, told when to come back
-// (authz.OverloadError), before any of its work is done. A request's
+// none whose turn would come after its deadline (as the steps have been
+// completing lately). Beyond them a caller is refused at once, told when
+// to come back (authz.OverloadError), before any of its work is done. A
+// caller without a deadline (ztunnel sends none) waits up to wait. A request's
 // second step goes before anyone's first (urgent): work already started
 // is finished first, and a request in progress holds memory.
 //
@@ -60,9 +61,12 @@ type cpuLimiter struct {
 	// urgent does the same for second steps, which goroutines take first.
 	jobs, urgent chan *cpuJob
 	pool         sync.Pool // of *cpuJob
-	// stepNanos is a moving average of a step's duration, for the wait a
-	// queued caller can expect.
-	stepNanos atomic.Int64
+	// intervalNanos is a moving average of the time between two steps
+	// completing while callers wait: what the queue drains at, for the
+	// wait a queued caller can expect. lastDone is when the last step
+	// completed (UnixNano).
+	intervalNanos atomic.Int64
+	lastDone      atomic.Int64
 
 	mu      sync.Mutex
 	workers int // goroutines running, at most n
@@ -107,7 +111,7 @@ func newCPULimiter(cfg limiterConfig) *cpuLimiter {
 	l := &cpuLimiter{n: cfg.n, wait: cfg.wait, maxQueued: cfg.maxQueued, maxPerFlow: cfg.maxPerFlow,
 		jobs: make(chan *cpuJob), urgent: make(chan *cpuJob), flows: map[string]int{}}
 	l.pool.New = func() any { return &cpuJob{done: make(chan cpuResult, 1)} }
-	l.stepNanos.Store(int64(100 * time.Microsecond))
+	l.intervalNanos.Store(int64(100 * time.Microsecond / time.Duration(max(1, cfg.n))))
 	return l
 }
 
@@ -179,23 +183,22 @@ func (l *cpuLimiter) submit(ctx context.Context, flow string, urgent bool, j *cp
 }
 
 // admit checks, under l.mu, that a caller of flow may wait: the queue and
-// the flow have room, and its turn comes before its deadline and l.wait.
+// the flow have room, and its turn comes before its deadline.
 func (l *cpuLimiter) admit(ctx context.Context, flow string) error {
 	queued := int(l.waiting.Load())
 	wait := l.expectedWait(queued + 1)
-	bound := l.wait
-	if d, ok := ctx.Deadline(); ok {
-		bound = min(bound, time.Until(d))
-	}
+	d, hasDeadline := ctx.Deadline()
+	bound := time.Until(d)
 	switch {
 	case queued >= l.maxQueued:
 		return &authz.OverloadError{RetryAfter: wait, Detail: fmt.Sprintf("%d requests wait for a signing slot already", queued)}
 	case l.flows[flow] >= l.maxPerFlow:
 		return &authz.OverloadError{RetryAfter: wait,
 			Detail: fmt.Sprintf("%d requests of %s wait for a signing slot already", l.flows[flow], flow)}
-	case wait > bound:
+	case hasDeadline && wait > bound:
 		return &authz.OverloadError{RetryAfter: wait,
-			Detail: fmt.Sprintf("a signing slot would come in %v, after %v", wait.Round(time.Millisecond), bound)}
+			Detail: fmt.Sprintf("a signing slot would come in %v, after the request's deadline (%v)",
+				wait.Round(time.Millisecond), bound.Round(time.Millisecond))}
 	}
 	return nil
 }
@@ -211,9 +214,9 @@ func (l *cpuLimiter) leave(flow string) {
 }
 
 // expectedWait is how long until the queued-th waiting caller's turn, at
-// the steps' average duration.
+// the rate steps have been completing.
 func (l *cpuLimiter) expectedWait(queued int) time.Duration {
-	return time.Duration(int64(queued) * l.stepNanos.Load() / int64(l.n))
+	return time.Duration(int64(queued) * l.intervalNanos.Load())
 }
 
 // work runs j, then the jobs that come, until none came for cpuIdleExit.
@@ -246,14 +249,24 @@ func (l *cpuLimiter) run(j *cpuJob) {
 		l.mu.Unlock()
 		j.done <- cpuResult{exited: true}
 	}()
-	start := time.Now()
 	err := j.f()
 	returned = true
-	// A moving average over about 16 steps; races between goroutines
-	// lose an update now and then, which does not matter.
-	d, avg := int64(time.Since(start)), l.stepNanos.Load()
-	l.stepNanos.Store(avg + (d-avg)/16)
+	l.completed()
 	j.done <- cpuResult{err: err}
+}
+
+// completed records that a step completed. While callers wait, the time
+// since the previous completion is how fast the queue drains, whatever
+// else shares the CPU: a moving average over about 64 steps (races between
+// goroutines lose an update now and then, which does not matter).
+func (l *cpuLimiter) completed() {
+	now := time.Now().UnixNano()
+	prev := l.lastDone.Swap(now)
+	if prev == 0 || l.waiting.Load() == 0 {
+		return
+	}
+	d, avg := now-prev, l.intervalNanos.Load()
+	l.intervalNanos.Store(avg + (d-avg)/64)
 }
 
 // next returns the next job, or nil once none came for cpuIdleExit and no
