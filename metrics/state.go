@@ -24,8 +24,7 @@ type AuthnStats struct {
 	// slot.
 	QueuedRequests int
 	// Accounts is the size of the service account index, and
-	// AccountsSynced whether it has loaded its first list (absent without
-	// local verification: Accounts < 0).
+	// AccountsSynced whether it has loaded its first list.
 	Accounts       int
 	AccountsSynced bool
 }
@@ -39,10 +38,8 @@ func WatchAuthn(reg prometheus.Registerer, stats func() AuthnStats) {
 			s := stats()
 			ch <- gauge(pendingDesc, float64(s.PendingReviews))
 			ch <- gauge(queuedDesc, float64(s.QueuedRequests))
-			if s.Accounts >= 0 {
-				ch <- gauge(accountsDesc, float64(s.Accounts))
-				ch <- gauge(accountsSyncedDesc, boolf(s.AccountsSynced))
-			}
+			ch <- gauge(accountsDesc, float64(s.Accounts))
+			ch <- gauge(accountsSyncedDesc, boolf(s.AccountsSynced))
 		},
 	})
 }
@@ -117,7 +114,7 @@ var (
 
 	pendingDesc        = desc("tokenreview_pending", "TokenReviews queued or in flight.")
 	queuedDesc         = desc("sign_queue_length", "Certificate requests waiting for a signing slot.")
-	accountsDesc       = desc("saindex_service_accounts", "Service accounts in the index local token verification reads.")
+	accountsDesc       = desc("saindex_service_accounts", "Service accounts in the index the token checks read.")
 	accountsSyncedDesc = desc("saindex_synced", "1 once the service account index has completed its initial list.")
 
 	expiryDesc        = desc("ca_cert_expiry_timestamp_seconds", "NotAfter of the CA certificates as a Unix time, by kind (signing, root, intermediate).", "kind")

@@ -175,13 +175,21 @@ func TestPodGoneRejectedEvenWhenTheAPIAccepts(t *testing.T) {
 	}
 }
 
-func TestPodCheckerIgnoredForUnboundTokens(t *testing.T) {
+// TestTokensNotBoundToAPodAreNotCached: the CA cannot tell when a Secret-
+// or Node-bound token stops being valid, so each request with one is
+// reviewed again (the API server caches its own answer for 10s); the pod
+// index has no say in it.
+func TestTokensNotBoundToAPodAreNotCached(t *testing.T) {
 	st := webPod()
-	st.User.Extra = nil
+	st.User.Extra = map[string]authnv1.ExtraValue{extraNodeName: {"node-a"}} // a Node-bound token
 	f := newCacheFixture(t, always(st), Config{Pods: &podSet{}})
 	token := tokenExpiringAt(t, testEpoch().Add(time.Hour))
-	_, _ = f.authenticate(t, token, 1)
-	_, _ = f.authenticate(t, token, 1)
+	if _, err := f.authenticate(t, token, 1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.authenticate(t, token, 2); err != nil {
+		t.Fatal(err)
+	}
 }
 
 func TestCacheSizeBound(t *testing.T) {

@@ -105,7 +105,7 @@ func NewIssuerKeys(cfg IssuerKeysConfig) (*IssuerKeys, error) {
 		return nil, errors.New("tokenreview: IssuerKeys needs Fetch")
 	}
 	cfg.MaxAge = orDefault(cfg.MaxAge, DefaultKeysMaxAge)
-	cfg.MinRefresh = orDefault(cfg.MinRefresh, DefaultKeysMinRefresh)
+	cfg.MinRefresh = min(orDefault(cfg.MinRefresh, DefaultKeysMinRefresh), cfg.MaxAge)
 	cfg.UnlistedRate = orDefault(cfg.UnlistedRate, DefaultUnlistedRate)
 	cfg.UnlistedBurst = orDefault(cfg.UnlistedBurst, DefaultUnlistedBurst)
 	if cfg.Clock == nil {
@@ -285,6 +285,23 @@ func (k *IssuerKeys) refreshDue() bool {
 	}
 	k.triedAt = now
 	return true
+}
+
+// Run fetches the keys every MaxAge until ctx ends, so that a key the
+// issuer no longer lists stops being trusted within MaxAge even while
+// every caller's answer is cached (Listed reads the last fetch). A failed
+// fetch keeps the keys there were.
+func (k *IssuerKeys) Run(ctx context.Context) error {
+	t := time.NewTicker(k.cfg.MaxAge)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-t.C:
+			k.refresh(ctx)
+		}
+	}
 }
 
 // Prefetch fetches the keys now, unless a fetch has completed already, and

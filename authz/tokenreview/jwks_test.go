@@ -11,6 +11,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	jose "github.com/go-jose/go-jose/v4"
@@ -319,6 +320,39 @@ func FuzzCheckSignature(f *testing.F) {
 	f.Fuzz(func(t *testing.T, token string) {
 		if err := keys.CheckSignature(context.Background(), token); err == nil {
 			t.Fatalf("CheckSignature(%q) = nil for a token the issuer never signed", token)
+		}
+	})
+}
+
+// TestIssuerKeysRunRefetches: with no token to prompt a fetch, Run fetches
+// the keys every MaxAge, so a key the issuer stopped listing is no longer
+// Listed (cached answers verified with it stop being trusted).
+func TestIssuerKeysRunRefetches(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		is := newIssuer(t, "k1")
+		k, err := NewIssuerKeys(IssuerKeysConfig{Fetch: is.fetch, MaxAge: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		k.Prefetch(t.Context())
+		if !k.Listed("k1") {
+			t.Fatal("k1 not listed after the first fetch")
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- k.Run(ctx) }()
+		is.mu.Lock()
+		is.served = nil
+		is.mu.Unlock()
+		is.addKey(t, "k2", true)
+		time.Sleep(time.Minute + time.Second)
+		synctest.Wait()
+		if k.Listed("k1") || !k.Listed("k2") {
+			t.Errorf("after MaxAge: k1 listed %v, k2 listed %v; want false, true", k.Listed("k1"), k.Listed("k2"))
+		}
+		cancel()
+		if err := <-done; err != nil {
+			t.Error(err)
 		}
 	})
 }

@@ -125,7 +125,7 @@ func newLocalFixture(t *testing.T) *localFixture {
 		t.Fatal(err)
 	}
 	f.r = newReviewer(t, Config{Client: f.api.AuthenticationV1(), Keys: keys, Pods: f.pods, Accounts: f.accounts,
-		Observer: f.obs, Clock: f.clock})
+		Local: true, Observer: f.obs, Clock: f.clock})
 	return f
 }
 
@@ -277,5 +277,27 @@ func TestCachedAnswerFollowsBoundObjects(t *testing.T) {
 				t.Fatal("accepted after the change")
 			}
 		})
+	}
+}
+
+// TestConcurrentRequestsShareOneLocalCheck: a node agent's requests come
+// eight at a time with one new token; they share one signature check and
+// decision.
+func TestConcurrentRequestsShareOneLocalCheck(t *testing.T) {
+	f := newLocalFixture(t)
+	token := f.is.signClaims(t, "k1", podClaims(f.clock.Now()))
+	errs := make(chan error, 64)
+	for range 64 {
+		go func() { _, err := f.r.Authenticate(t.Context(), token); errs <- err }()
+	}
+	for range 64 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	f.obs.mu.Lock()
+	defer f.obs.mu.Unlock()
+	if got := f.obs.verdicts["accepted"]; got != 1 {
+		t.Errorf("%d local decisions for one token, want 1", got)
 	}
 }

@@ -86,11 +86,12 @@ func newReviewQueue(cfg queueConfig) *reviewQueue {
 
 // wait returns the answer of the review of a token (key is its hash),
 // joining the review under way or queueing run, the review, in flow. It
-// stops waiting when ctx ends; the review goes on.
-func (q *reviewQueue) wait(ctx context.Context, key [sha256.Size]byte, flow string,
+// refuses a new review whose turn would come after deadline (if not
+// zero), and stops waiting when ctx ends; the review goes on.
+func (q *reviewQueue) wait(ctx context.Context, key [sha256.Size]byte, flow string, deadline time.Time,
 	run func(context.Context) (*entry, error),
 ) (*entry, error) {
-	p, err := q.join(ctx, key, flow, run)
+	p, err := q.join(key, flow, deadline, run)
 	if err != nil {
 		return nil, err
 	}
@@ -105,7 +106,7 @@ func (q *reviewQueue) wait(ctx context.Context, key [sha256.Size]byte, flow stri
 // join returns the review of key, queueing it in flow if there is none.
 // It refuses a new review when the queue or the flow is full, or when the
 // caller's deadline would pass before the review's turn.
-func (q *reviewQueue) join(ctx context.Context, key [sha256.Size]byte, flow string,
+func (q *reviewQueue) join(key [sha256.Size]byte, flow string, deadline time.Time,
 	run func(context.Context) (*entry, error),
 ) (*pendingReview, error) {
 	q.mu.Lock()
@@ -113,7 +114,7 @@ func (q *reviewQueue) join(ctx context.Context, key [sha256.Size]byte, flow stri
 	if p, ok := q.pending[key]; ok {
 		return p, nil
 	}
-	if err := q.admit(ctx, flow); err != nil {
+	if err := q.admit(flow, deadline); err != nil {
 		return nil, err
 	}
 	p := &pendingReview{key: key, run: run, done: make(chan struct{})}
@@ -134,7 +135,7 @@ func (q *reviewQueue) join(ctx context.Context, key [sha256.Size]byte, flow stri
 }
 
 // admit checks, under q.mu, that one more review of flow fits.
-func (q *reviewQueue) admit(ctx context.Context, flow string) error {
+func (q *reviewQueue) admit(flow string, deadline time.Time) error {
 	inFlow := 0
 	if el, ok := q.flows[flow]; ok {
 		inFlow = len(el.Value.(*flowQueue).reviews)
@@ -151,7 +152,7 @@ func (q *reviewQueue) admit(ctx context.Context, flow string) error {
 		return &authz.OverloadError{RetryAfter: q.expectedWait(inFlow * max(1, q.ring.Len())),
 			Detail: fmt.Sprintf("%d token reviews of %s are queued already", inFlow, flow)}
 	}
-	if d, ok := ctx.Deadline(); ok && d.Sub(q.clock.Now()) < wait {
+	if !deadline.IsZero() && deadline.Sub(q.clock.Now()) < wait {
 		return &authz.OverloadError{RetryAfter: wait,
 			Detail: fmt.Sprintf("the request's deadline comes before a token review's turn (%v)", wait)}
 	}

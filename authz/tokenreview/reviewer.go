@@ -10,6 +10,7 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/singleflight"
 	"k8s.io/apimachinery/pkg/util/cache"
 	authnv1client "k8s.io/client-go/kubernetes/typed/authentication/v1"
 	"k8s.io/utils/clock"
@@ -104,11 +105,13 @@ type Config struct {
 	Pods PodChecker
 	// Keys, if set, refuses a token it finds forged without a TokenReview.
 	Keys KeyChecker
-	// Accounts, if set (with Keys and Pods), decides pod-bound tokens of
-	// the issuer locally, without a TokenReview: see Reviewer.decide. It
-	// also evicts cached answers whose service account was deleted or
-	// created again.
+	// Accounts, if set, evicts cached answers whose service account was
+	// deleted or created again (a new UID).
 	Accounts ServiceAccounts
+	// Local decides pod-bound tokens of the issuer locally, without a
+	// TokenReview (see Reviewer.decide); it needs Keys, Pods and
+	// Accounts.
+	Local bool
 	// Observer, if set, receives cache and review counters.
 	Observer Observer
 	// Clock drives cache expiry and the review pacing. Default the real
@@ -118,7 +121,7 @@ type Config struct {
 	Logger *slog.Logger
 }
 
-// Reviewer authenticates bearer tokens: locally when it can (Accounts),
+// Reviewer authenticates bearer tokens: locally when it can (Local),
 // otherwise with the TokenReview API, caching results by token hash and
 // collapsing concurrent reviews of one token.
 type Reviewer struct {
@@ -129,10 +132,12 @@ type Reviewer struct {
 	pods      PodChecker
 	keys      KeyChecker
 	accounts  ServiceAccounts
+	local     bool
 	obs       Observer
 	clock     clock.Clock
 	log       *slog.Logger
 	cache     *cache.LRUExpireCache // [sha256.Size]byte → *entry
+	judging   singleflight.Group    // of new tokens, by hash
 	queue     *reviewQueue
 }
 
@@ -158,6 +163,7 @@ func New(cfg Config) (*Reviewer, error) {
 		pods:      cfg.Pods,
 		keys:      cfg.Keys,
 		accounts:  cfg.Accounts,
+		local:     cfg.Local,
 		obs:       cfg.Observer,
 		clock:     cfg.Clock,
 		log:       cfg.Logger,
@@ -177,8 +183,8 @@ func (c *Config) validate() error {
 		return errors.New("sizes, rates and timeouts must not be negative")
 	case slices.Contains(c.Audiences, ""):
 		return errors.New("audiences contain an empty string")
-	case c.Accounts != nil && (c.Keys == nil || c.Pods == nil):
-		return errors.New("local verification (Accounts) needs Keys and Pods")
+	case c.Local && (c.Keys == nil || c.Pods == nil || c.Accounts == nil):
+		return errors.New("local verification needs Keys, Pods and Accounts")
 	}
 	return nil
 }
@@ -245,7 +251,33 @@ func (r *Reviewer) Authenticate(ctx context.Context, token string) (authz.Caller
 
 // authenticateNew decides a token the cache does not hold: refused if
 // forged, decided locally if it can be, else by a TokenReview.
+//
+// Concurrent requests with one new token share one judgement (a cold start
+// sends a node agent's eight requests at once): it goes on when the
+// request that started it is cancelled, and each request waits for it as
+// long as its own context allows.
 func (r *Reviewer) authenticateNew(ctx context.Context, key [sha256.Size]byte, token string) (*entry, error) {
+	deadline, _ := ctx.Deadline()
+	ch := r.judging.DoChan(string(key[:]), func() (any, error) {
+		return r.judge(context.WithoutCancel(ctx), key, token, deadline)
+	})
+	select {
+	case res := <-ch:
+		if res.Err != nil {
+			return nil, res.Err
+		}
+		return res.Val.(*entry), nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: waiting for the token's check: %w", authz.ErrUnavailable, context.Cause(ctx))
+	}
+}
+
+// judge decides a new token (see authenticateNew); a TokenReview whose
+// turn would come after deadline (if not zero) is refused.
+func (r *Reviewer) judge(ctx context.Context, key [sha256.Size]byte, token string, deadline time.Time) (*entry, error) {
+	if e, ok := r.cached(key); ok {
+		return e, nil // judged by a flight that ended since this request's lookup
+	}
 	flow, keyID := unverifiedFlow, ""
 	if r.keys != nil {
 		v, err := r.keys.Verify(ctx, token)
@@ -265,7 +297,7 @@ func (r *Reviewer) authenticateNew(ctx context.Context, key [sha256.Size]byte, t
 			return nil, fmt.Errorf("%w: %w", authz.ErrUnauthenticated, err)
 		}
 	}
-	return r.queue.wait(ctx, key, flow, func(ctx context.Context) (*entry, error) {
+	return r.queue.wait(ctx, key, flow, deadline, func(ctx context.Context) (*entry, error) {
 		return r.reviewAndStore(ctx, key, token, keyID)
 	})
 }
@@ -275,7 +307,7 @@ func (r *Reviewer) authenticateNew(ctx context.Context, key [sha256.Size]byte, t
 // answer. It returns the token's flow, its share of the TokenReviews,
 // when it cannot.
 func (r *Reviewer) decideLocally(ctx context.Context, key [sha256.Size]byte, v Verified) (e *entry, decided bool, flow string) {
-	if r.accounts == nil {
+	if !r.local {
 		return nil, false, flowOf(v.Payload)
 	}
 	d := r.decide(v, r.keys.Issuer())
@@ -337,9 +369,19 @@ func (r *Reviewer) stillValid(e *entry) bool {
 }
 
 // store caches e for the time it may be trusted.
+//
+// A positive answer about a token not bound to a pod (bound to a Secret or
+// a Node, or not bound at all) is not cached: nothing the CA watches tells
+// when the API server stops accepting it, and the API server's own cache
+// already keeps a success for 10s. Each request with such a token is a
+// TokenReview, as it is for istiod, and the CA accepts it no longer than
+// the API server does.
 func (r *Reviewer) store(key [sha256.Size]byte, e *entry) {
 	ttl := r.negTTL
 	if e.err == nil {
+		if e.caller.PodUID == "" {
+			return
+		}
 		ttl = r.maxTTL
 		if exp := e.caller.ExpiresAt; !exp.IsZero() {
 			ttl = min(ttl, exp.Sub(r.clock.Now()))

@@ -112,7 +112,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.Var(&audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
 	fs.StringVar(&verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
-	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "with --token-verification=local: how often the issuer's keys are fetched again; a key the API server no longer lists stops being accepted within this long")
+	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "how often the service account issuer's keys are fetched again; a token signed with a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
 	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")

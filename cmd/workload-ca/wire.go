@@ -80,8 +80,7 @@ type app struct {
 	kube      *kubeClients
 	authority *ca.Authority
 	pods      *podindex.Index
-	// accounts is the service account index of local token verification
-	// (nil with --token-verification=tokenreview).
+	// accounts is the service account index the token checks read.
 	accounts  *saindex.Index
 	reviewer  *tokenreview.Reviewer
 	svc       *server.Service
@@ -417,9 +416,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	}
 	a.readiness = admin.NewReadiness(append([]admin.Check{
 		{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
-		{Name: "service-account-index", Check: func(context.Context) error {
-			return syncedErr(a.accounts == nil || a.accounts.HasSynced())
-		}},
+		{Name: "service-account-index", Check: func(context.Context) error { return syncedErr(a.accounts.HasSynced()) }},
 		{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
 	}, a.extraChecks...)...)
 	a.svc, err = server.NewService(server.Config{
@@ -457,21 +454,22 @@ func (a *app) buildServer(ctx context.Context) error {
 func (a *app) authenticator(ctx context.Context) (*tokenreview.Reviewer, error) {
 	log := a.log.With("component", "tokenreview")
 	rest := a.kube.reviews.Discovery().RESTClient()
-	keysCfg := tokenreview.IssuerKeysConfig{Fetch: tokenreview.JWKSFetcher(rest), Logger: log}
-	var accounts tokenreview.ServiceAccounts
+	keysCfg := tokenreview.IssuerKeysConfig{Fetch: tokenreview.JWKSFetcher(rest), MaxAge: a.cfg.TokenKeysRefresh, Logger: log}
 	if a.cfg.TokenLocal {
-		keysCfg.FetchConfiguration, keysCfg.MaxAge = tokenreview.DiscoveryFetcher(rest), a.cfg.TokenKeysRefresh
-		idx, err := saindex.New(saindex.Config{Client: a.kube.accounts, Logger: a.log.With("component", "saindex")})
-		if err != nil {
-			return nil, err
-		}
-		a.accounts, accounts = idx, idx
-		a.replicaTasks = append(a.replicaTasks, idx.Run)
+		keysCfg.FetchConfiguration = tokenreview.DiscoveryFetcher(rest)
 	}
 	keys, err := tokenreview.NewIssuerKeys(keysCfg)
 	if err != nil {
 		return nil, err
 	}
+	// Every replica knows each service account's UID, so that a cached
+	// answer stops when its account is deleted or created again.
+	accounts, err := saindex.New(saindex.Config{Client: a.kube.accounts, Logger: a.log.With("component", "saindex")})
+	if err != nil {
+		return nil, err
+	}
+	a.accounts = accounts
+	a.replicaTasks = append(a.replicaTasks, accounts.Run, keys.Run)
 	// The first requests need not wait for the keys (nor, without them,
 	// go to TokenReviews): a failure is logged, and retried on use.
 	keys.Prefetch(ctx)
@@ -481,7 +479,7 @@ func (a *app) authenticator(ctx context.Context) (*tokenreview.Reviewer, error) 
 	reviewer, err := tokenreview.New(tokenreview.Config{
 		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
 		ReviewRate: a.cfg.KubeQPS, ReviewBurst: a.cfg.KubeBurst,
-		Pods: a.pods, Keys: keys, Accounts: accounts, Observer: a.metrics, Logger: log,
+		Pods: a.pods, Keys: keys, Accounts: accounts, Local: a.cfg.TokenLocal, Observer: a.metrics, Logger: log,
 	})
 	if err != nil {
 		return nil, err
@@ -516,11 +514,8 @@ func (a *app) buildAdmin(context.Context) error {
 			ServiceAccounts: s.ServiceAccounts, Lookups: s.Lookups, LookupsRefused: s.LookupsRefused}
 	})
 	metrics.WatchAuthn(a.reg, func() metrics.AuthnStats {
-		st := metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), QueuedRequests: a.svc.Queued(), Accounts: -1}
-		if a.accounts != nil {
-			st.Accounts, st.AccountsSynced = a.accounts.Len(), a.accounts.HasSynced()
-		}
-		return st
+		return metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), QueuedRequests: a.svc.Queued(),
+			Accounts: a.accounts.Len(), AccountsSynced: a.accounts.HasSynced()}
 	})
 	metrics.WatchCA(a.reg, func() metrics.CAState {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
