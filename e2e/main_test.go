@@ -255,7 +255,7 @@ func TestWorkloadCA(t *testing.T) {
 		}
 	})
 	// Alone: they count apiserver calls, read the whole log, or stop the CA.
-	t.Run("TokenReview cache: 20 requests with one new token make one TokenReview", s.testTokenReviewCache)
+	t.Run("local verification: 20 requests with one new token make no TokenReview", s.testTokenReviewCache)
 	t.Run("observability: metrics, health, Prometheus and audit records", s.testObservability)
 	t.Run("the CA stops cleanly on SIGTERM", s.testStop)
 	t.Run("the CA log holds none of the tokens used", s.testLogsHoldNoToken)

@@ -59,8 +59,12 @@ type ControlPlane struct {
 	pki         *pki
 	logFiles    []*os.File
 
+	// mu guards apiserver, which StopAPIServer and StartAPIServer
+	// replace.
+	mu              sync.Mutex
 	etcd, apiserver *proc.Process
 	etcdURL         string
+	apiPort         int
 	host            string
 	restConfig      *rest.Config
 	client          kubernetes.Interface
@@ -176,7 +180,10 @@ func (c *ControlPlane) Stop() error {
 
 // killAll kills the apiserver and etcd and closes the log files.
 func (c *ControlPlane) killAll() error {
-	err := errors.Join(c.apiserver.Kill(10*time.Second), c.etcd.Kill(10*time.Second))
+	c.mu.Lock()
+	apiserver := c.apiserver
+	c.mu.Unlock()
+	err := errors.Join(apiserver.Kill(10*time.Second), c.etcd.Kill(10*time.Second))
 	for _, f := range c.logFiles {
 		err = errors.Join(err, f.Close())
 	}
@@ -230,4 +237,8 @@ func (c *ControlPlane) WorkDir() string { return c.workDir }
 func (c *ControlPlane) Timings() Timings { return c.timings }
 
 // PIDs returns the process ids of etcd and kube-apiserver.
-func (c *ControlPlane) PIDs() (etcd, apiserver int) { return c.etcd.Pid(), c.apiserver.Pid() }
+func (c *ControlPlane) PIDs() (etcd, apiserver int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.etcd.Pid(), c.apiserver.Pid()
+}

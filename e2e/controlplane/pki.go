@@ -96,6 +96,16 @@ func (p *pki) makeAdmin() error {
 	return writePair(p.adminCertFile, p.adminCertPEM, p.adminKeyFile, p.adminKeyPEM)
 }
 
+// RotateServiceAccountKey replaces the service account signing key with a
+// new one, and the old key is no longer trusted: tokens it signed stop
+// verifying, as when an operator revokes a leaked key. It takes effect
+// when the apiserver next starts (StopAPIServer, StartAPIServer).
+func (c *ControlPlane) RotateServiceAccountKey() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pki.makeSAKey()
+}
+
 func (p *pki) makeSAKey() error {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -2,6 +2,7 @@ package controlplane
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -80,12 +81,19 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	c.host = fmt.Sprintf("https://127.0.0.1:%d", ports[0])
+	c.apiPort = ports[0]
+	c.host = fmt.Sprintf("https://127.0.0.1:%d", c.apiPort)
 	if err := c.makeClient(); err != nil {
 		return err
 	}
+	return c.runAPIServer(ctx)
+}
+
+// runAPIServer starts kube-apiserver on c.apiPort and waits for /readyz.
+func (c *ControlPlane) runAPIServer(ctx context.Context) error {
 	began := time.Now()
-	args := flagArgs(c.apiServerFlags(ports[0]), c.opts.ExtraAPIServerFlags)
+	args := flagArgs(c.apiServerFlags(c.apiPort), c.opts.ExtraAPIServerFlags)
+	var err error
 	if c.apiserver, err = c.startServer("kube-apiserver", args); err != nil {
 		return err
 	}
@@ -94,6 +102,26 @@ func (c *ControlPlane) startAPIServer(ctx context.Context) error {
 	}
 	c.timings.APIServerReady = time.Since(began)
 	return nil
+}
+
+// StopAPIServer kills kube-apiserver, as a crash would; etcd keeps
+// running, and clients see connections refused until StartAPIServer.
+func (c *ControlPlane) StopAPIServer() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.apiserver.Kill(10 * time.Second)
+}
+
+// StartAPIServer starts kube-apiserver again after StopAPIServer, on the
+// same address with the same flags (and the service account keys of
+// RotateServiceAccountKey, if called since), and waits until it is ready.
+func (c *ControlPlane) StartAPIServer(ctx context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.apiserver.Exited() {
+		return errors.New("controlplane: kube-apiserver is running")
+	}
+	return c.runAPIServer(ctx)
 }
 
 func (c *ControlPlane) apiServerFlags(port int) map[string]string {
