@@ -86,7 +86,7 @@ func createCluster(ctx context.Context, cp *controlplane.ControlPlane, nodes, id
 	}
 
 	g, gctx = errgroup.WithContext(ctx)
-	g.SetLimit(16)
+	g.SetLimit(64)
 	for i := range out {
 		n := &out[i]
 		for j := range idsPerNode {

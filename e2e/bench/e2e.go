@@ -216,11 +216,32 @@ func (b *bench) measureMaxRate(ctx context.Context, cp *controlplane.ControlPlan
 // run that warms up for warmup, and returns the function that waits for
 // it and logs the outcome. With no path, it does nothing.
 func (b *bench) profile(ctx context.Context, kind, path string, warmup time.Duration) (wait func()) {
+	return b.profileWhen(ctx, kind, path, func(ctx context.Context) error {
+		// Approximately the window: a second after the warm-up (the load
+		// generator takes time to prepare).
+		select {
+		case <-time.After(warmup + time.Second):
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	})
+}
+
+// profileWhen is profile starting once ready returns, for --duration
+// less 2s.
+func (b *bench) profileWhen(ctx context.Context, kind, path string, ready func(context.Context) error) (wait func()) {
 	if path == "" {
 		return func() {}
 	}
 	done := make(chan error, 1)
-	go func() { done <- b.fetchProfile(ctx, kind, path, warmup) }()
+	go func() {
+		if err := ready(ctx); err != nil {
+			done <- err
+			return
+		}
+		done <- b.fetchProfile(ctx, kind, path)
+	}()
 	return func() {
 		if err := <-done; err != nil {
 			b.logf("  server %s: %v", kind, err)
@@ -230,18 +251,16 @@ func (b *bench) profile(ctx context.Context, kind, path string, warmup time.Dura
 	}
 }
 
-// fetchProfile takes the server's profile of kind into path during the
-// measured window of a load run (approximately: from 1s after the warm-up
-// for the window less 2s).
-func (b *bench) fetchProfile(ctx context.Context, kind, path string, warmup time.Duration) error {
+// fetchProfile takes the server's profile of kind into path, for
+// --duration less 2s; a heap profile is the heap now.
+func (b *bench) fetchProfile(ctx context.Context, kind, path string) error {
 	secs := max(1, int((b.opts.duration - 2*time.Second).Seconds()))
-	select {
-	case <-time.After(warmup + time.Second):
-	case <-ctx.Done():
-		return ctx.Err()
+	query := "?seconds=" + strconv.Itoa(secs)
+	if kind == "heap" {
+		query = ""
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		"http://"+b.adminAddr+"/debug/pprof/"+kind+"?seconds="+strconv.Itoa(secs), http.NoBody)
+		"http://"+b.adminAddr+"/debug/pprof/"+kind+query, http.NoBody)
 	if err != nil {
 		return err
 	}

@@ -80,8 +80,9 @@ type row struct {
 // tableSummary says how many targets were missed (or not measured).
 type tableSummary struct{ missed int }
 
-// table prints the metrics with their targets to stdout.
-func (r results) table() tableSummary {
+// table prints the metrics with their targets to stdout; with
+// measuredOnly, only those measured (a run of some phases only).
+func (r results) table(measuredOnly bool) tableSummary {
 	distinct, _ := r.num("storm_distinct_tokens")
 	planned, _ := r.num("storm_planned_certs")
 	podList, _ := r.num("pod_list_seconds")
@@ -132,18 +133,25 @@ func (r results) table() tableSummary {
 		{key: "storm_distinct_tokens", format: "%.0f"},
 		{key: "storm_tokenreviews", format: "%.0f", target: fmt.Sprintf("<= %.0f (distinct tokens)", distinct), ok: func(v float64) bool { return distinct > 0 && v <= distinct }},
 		{key: "storm_seconds", format: "%.3f", target: "<= 60", ok: func(v float64) bool { return v > 0 && v <= 60 }},
+		{key: "storm_floor_certs_per_cpu_second", format: "%.0f"},
+		{key: "storm_floor_seconds", format: "%.1f"},
+		{key: "storm_floor_efficiency", format: "%.2f"},
 		{key: "storm_p99_ms", format: "%.2f"},
 		{key: "storm_errors", format: "%.0f"},
 		{key: "storm_leader_changes", format: "%.0f", target: "0", ok: zero},
 		{key: "storm_server_cpu_seconds", format: "%.1f"},
 		{key: "storm_ca_rss_mib_end", format: "%.0f"},
 		{key: "storm_ca_rss_mib_peak", format: "%.0f"},
+		{key: "storm_peak_goroutines", format: "%.0f"},
+		{key: "storm_peak_stack_mib", format: "%.0f"},
+		{key: "storm_peak_heap_mib", format: "%.0f"},
 		{key: "idle_connections", format: "%.0f"},
 		{key: "idle_bytes_per_connection", format: "%.0f", target: "<= 65536", ok: func(v float64) bool { return v <= 65536 }},
 		{key: "idle_rss_bytes_per_connection", format: "%.0f"},
 		{key: "idle_goroutines_per_connection", format: "%.1f"},
 		{key: "storm_aggressive_certs", format: "%.0f", target: fmt.Sprintf("= %.0f (planned)", planned), ok: func(v float64) bool { return planned > 0 && v == planned }},
 		{key: "storm_aggressive_seconds", format: "%.3f"},
+		{key: "storm_aggressive_floor_efficiency", format: "%.2f"},
 		{key: "storm_aggressive_errors", format: "%.0f"},
 		{key: "storm_aggressive_tokenreviews", format: "%.0f", target: fmt.Sprintf("<= %.0f (distinct tokens)", distinct), ok: func(v float64) bool { return distinct > 0 && v <= distinct }},
 		{key: "storm_aggressive_leader_changes", format: "%.0f", target: "0", ok: zero},
@@ -153,6 +161,7 @@ func (r results) table() tableSummary {
 		{key: "podindex_rss_mib", format: "%.1f"},
 		{key: "podindex_rss_bytes_per_pod", format: "%.1f"},
 		{key: "pods_in_cluster", format: "%.0f"},
+		{key: "fixture_seconds", format: "%.1f"},
 		{key: "pod_list_seconds", format: "%.3f"},
 		{key: "start_to_ready_seconds", format: "%.3f", target: fmt.Sprintf("<= 2 + pod list = %.2f", 2+podList), ok: func(v float64) bool { return v <= 2+podList }},
 		{key: "start_to_readyz_seconds", format: "%.3f"},
@@ -172,6 +181,9 @@ func (r results) table() tableSummary {
 	}
 	for _, rw := range rows {
 		v, have := r.num(rw.key)
+		if !have && measuredOnly {
+			continue
+		}
 		value, verdict := "-", ""
 		if have {
 			value = fmt.Sprintf(rw.format, v)

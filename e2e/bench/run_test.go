@@ -72,3 +72,40 @@ func TestBenchRuns(t *testing.T) {
 		}
 	}
 }
+
+// TestStormSmallCluster runs the cold-start storms at 500 nodes × 10
+// identities against a real control plane and checks correctness only
+// (the times of so small a storm on a shared machine say little): every
+// certificate issued with either retry policy, no more TokenReviews than
+// tokens, no change of leader.
+func TestStormSmallCluster(t *testing.T) {
+	if v := cahost.MissingEnv(); v != "" {
+		t.Skipf("%s is unset: run `make e2e`", v)
+	}
+	out := filepath.Join(t.TempDir(), "bench-results.json")
+	code := mainCode(t.Context(), []string{"--out", out, "--storm-only", "--storm-ztunnels", "500", "--storm-identities", "10"})
+	if code != 0 {
+		t.Fatalf("bench exited %d", code)
+	}
+	raw, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res map[string]any
+	if err := json.Unmarshal(raw, &res); err != nil {
+		t.Fatal(err)
+	}
+	for _, storm := range []string{"storm_", "storm_aggressive_"} {
+		if got := res[storm+"certs"]; got != float64(5000) {
+			t.Errorf("%scerts = %v, want 5000", storm, got)
+		}
+		if got, ok := res[storm+"tokenreviews"].(float64); !ok || got > 500 {
+			t.Errorf("%stokenreviews = %v, want at most the 500 tokens", storm, res[storm+"tokenreviews"])
+		}
+		if got := res[storm+"leader_changes"]; got != float64(0) {
+			t.Errorf("%sleader_changes = %v, want 0", storm, got)
+		}
+	}
+	t.Logf("storm %.1fs, aggressive %.1fs, %v TokenReviews, %.0f B per idle connection",
+		res["storm_seconds"], res["storm_aggressive_seconds"], res["storm_tokenreviews"], res["idle_bytes_per_connection"])
+}

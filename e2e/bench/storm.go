@@ -13,6 +13,7 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
 	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
@@ -39,6 +40,11 @@ type storm struct {
 func (b *bench) measureStorms(ctx context.Context, cp *controlplane.ControlPlane, plan string, planned int) error {
 	var errs []error
 	var curves []curve
+	floorBefore, err := b.floor(keystore.KeyECDSAP256)
+	if err != nil {
+		return fmt.Errorf("crypto floor before the storms: %w", err)
+	}
+	defer func() { b.recordStormFloor(floorBefore.perCPUSecond, planned) }()
 	for _, retry := range []string{loadtest.RetryZtunnel, loadtest.RetryAggressive} {
 		phase := "restart"
 		if retry != loadtest.RetryZtunnel {
@@ -73,6 +79,31 @@ func (b *bench) measureStorms(ctx context.Context, cp *controlplane.ControlPlane
 	return errors.Join(errs...)
 }
 
+// recordStormFloor measures the crypto floor again after the storms and
+// records what it bounds them to: planned certificates at the mean of the
+// floor before and after (on the CA's one CPU) take storm_floor_seconds,
+// and storm_floor_efficiency is that over the storm's time. The floor of a
+// shared machine moves by a third within minutes and by more from day to
+// day; the efficiency says how much of a storm's time the CA itself adds.
+func (b *bench) recordStormFloor(before float64, planned int) {
+	after, err := b.floor(keystore.KeyECDSAP256)
+	if err != nil {
+		b.logf("  crypto floor after the storms: %v", err)
+		return
+	}
+	floor := (before + after.perCPUSecond) / 2
+	seconds := float64(planned) / floor
+	b.res.set("storm_floor_certs_per_cpu_second", floor)
+	b.res.set("storm_floor_seconds", seconds)
+	b.logf("crypto floor around the storms: %.0f certs per CPU-second (before %.0f, after %.0f): %d certificates take %.1fs of one CPU",
+		floor, before, after.perCPUSecond, planned, seconds)
+	for _, key := range []string{"storm_", "storm_aggressive_"} {
+		if s, ok := b.res.num(key + "seconds"); ok && s > 0 {
+			b.res.set(key+"floor_efficiency", seconds/s)
+		}
+	}
+}
+
 // measureStorm has every ztunnel of plan ask for all its identities at
 // once from ca, retrying as retry says, and records what it took: the
 // goodput of each second, the TokenReviews the apiserver audited, the
@@ -98,7 +129,25 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 		args = append(args, "--hold", stormHold.String())
 		idle = b.watchIdle(ctx, ca, planned)
 	}
+	profiled := func() {}
+	if retry == loadtest.RetryZtunnel {
+		started := func(ctx context.Context) error {
+			if err := b.firstRequest(ctx); err != nil {
+				return err
+			}
+			select {
+			case <-time.After(b.opts.stormCPUProfileDelay):
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		cpu := b.profileWhen(ctx, "profile", b.opts.stormCPUProfile, started)
+		heap := b.profileWhen(ctx, "heap", b.opts.stormHeapProfile, started)
+		profiled = func() { cpu(); heap() }
+	}
 	r, runErr := b.runLoadtest(ctx, cp, ca, args...)
+	profiled()
 	if r == nil {
 		return nil, runErr
 	}
@@ -145,6 +194,25 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	return &storm{sum: s, run: r}, runErr
 }
 
+// firstRequest returns once the CA has started to answer a certificate
+// request (the load generator prepares its keys first), polling /metrics.
+func (b *bench) firstRequest(ctx context.Context) error {
+	for {
+		samples, err := promserver.Scrape(ctx, b.adminAddr)
+		if err != nil {
+			return err
+		}
+		if n, _ := samples.Sum("grpc_server_started_total", "grpc_method", "CreateCertificate"); n > 0 {
+			return nil
+		}
+		select {
+		case <-time.After(500 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
 // lease is the leader election Lease's holder and transitions.
 type lease struct {
 	holder      string
@@ -173,6 +241,9 @@ type idleMemory struct {
 	done       chan struct{}
 	err        error
 	base, idle memory
+	// The most the storm held in goroutine stacks, goroutines and heap
+	// spans in use, as sampled every second.
+	peakStacks, peakGoroutines, peakHeap float64
 }
 
 // memory is what a CA holds at one time.
@@ -197,10 +268,18 @@ func (b *bench) watchIdle(ctx context.Context, ca *cahost.CA, planned int) *idle
 		deadline := time.Now().Add(b.opts.stormDeadline + time.Minute)
 		for {
 			samples, err := promserver.Scrape(ctx, b.adminAddr)
-			if err != nil {
-				m.err = err
-				return
+			if err != nil { // the CA is busy: try again
+				if time.Now().After(deadline) || ctx.Err() != nil {
+					m.err = err
+					return
+				}
+				continue
 			}
+			stacks, _ := samples.Sum("go_memstats_stack_inuse_bytes")
+			goroutines, _ := samples.Sum("go_goroutines")
+			heap, _ := samples.Sum("go_memstats_heap_inuse_bytes")
+			m.peakStacks, m.peakGoroutines = max(m.peakStacks, stacks), max(m.peakGoroutines, goroutines)
+			m.peakHeap = max(m.peakHeap, heap)
 			if issued, _ := samples.Sum("workload_ca_certificate_requests_total", "result", "issued"); issued >= float64(planned) {
 				break
 			}
@@ -208,7 +287,7 @@ func (b *bench) watchIdle(ctx context.Context, ca *cahost.CA, planned int) *idle
 				m.err = errors.New("the storm never issued every certificate")
 				return
 			}
-			time.Sleep(200 * time.Millisecond)
+			time.Sleep(time.Second) // a scrape costs the CA a few ms
 		}
 		time.Sleep(time.Second)
 		m.idle, m.err = b.settledMemory(ctx, ca, b.opts.idleHeapProfile)
@@ -278,6 +357,11 @@ func (b *bench) recordIdle(m *idleMemory, conns int) {
 	b.res.set("idle_rss_bytes_per_connection", rssPerConn)
 	b.res.set("idle_goroutines_per_connection", goroutines)
 	b.res.set("idle_stack_bytes_per_connection", stacks)
+	b.res.set("storm_peak_goroutines", m.peakGoroutines)
+	b.res.set("storm_peak_stack_mib", m.peakStacks/(1<<20))
+	b.res.set("storm_peak_heap_mib", m.peakHeap/(1<<20))
+	b.logf("  at the storm's peak: %.0f goroutines, %.0f MiB of stacks, %.0f MiB of heap in use",
+		m.peakGoroutines, m.peakStacks/(1<<20), m.peakHeap/(1<<20))
 	b.logf("  %d idle ztunnel connections: %.1f KiB each of Go heap and stacks (%.1f KiB of stacks, %.1f goroutines), %.1f KiB of resident set",
 		conns, perConn/1024, stacks/1024, goroutines, rssPerConn/1024)
 }
