@@ -62,6 +62,7 @@ type serveConfig struct {
 	SignQueueTimeout   time.Duration
 	MaxQueued          int
 	MaxQueuedPerNode   int
+	MaxStreams         int
 	AdminAddr          string
 	Pprof              bool
 	AuditLog           string
@@ -122,6 +123,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
+	fs.IntVar(&c.MaxStreams, "max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "requests one client connection may have in flight (HTTP/2 concurrent streams); a client wanting more queues them itself")
 	fs.IntVar(&c.MaxQueuedPerNode, "max-queued-per-node", server.DefaultMaxQueuedPerNode, "requests from one node (its node agent and pods) that may wait for a signing slot, so that no node takes the queue")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
@@ -261,8 +263,8 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.CADirPoll <= 0 {
 		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))
 	}
-	if c.SignQueueTimeout <= 0 || c.MaxQueued <= 0 || c.MaxQueuedPerNode <= 0 {
-		errs = append(errs, errors.New("--sign-queue-timeout, --max-queued-requests and --max-queued-per-node must be positive"))
+	if c.SignQueueTimeout <= 0 || c.MaxQueued <= 0 || c.MaxQueuedPerNode <= 0 || c.MaxStreams <= 0 {
+		errs = append(errs, errors.New("--sign-queue-timeout, --max-queued-requests, --max-queued-per-node and --max-streams-per-connection must be positive"))
 	}
 	if c.TokenKeysRefresh <= 0 {
 		errs = append(errs, errors.New("--token-keys-refresh must be positive"))

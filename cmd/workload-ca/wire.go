@@ -440,7 +440,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	a.grpc = server.NewGRPCServer(a.svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
 		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))),
-		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod))
+		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod), server.MaxStreamsPerConnection(a.cfg.MaxStreams))
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil

@@ -30,7 +30,7 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	}
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
-	args := []string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}
+	args := append([]string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}, b.opts.serveArgs...)
 	// The storms force collections through pprof, to measure memory.
 	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" || phase != "start" {
 		args = append(args, "--pprof")

@@ -61,6 +61,7 @@ type options struct {
 	stormCPUProfile                string
 	stormCPUProfileDelay           time.Duration
 	stormHeapProfile               string
+	serveArgs                      listFlag
 	keep                           bool
 	strict                         bool
 	placement                      string
@@ -96,6 +97,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.stormCPUProfileDelay, "storm-cpuprofile-delay", 0, "how long after the storm's first request its CPU profile starts (and its heap profile is taken)")
 	fs.StringVar(&o.stormHeapProfile, "storm-heap-profile", "", "write the server's heap profile during the first storm here (when its CPU profile starts)")
 	fs.StringVar(&o.idleHeapProfile, "idle-heap-profile", "", "write the server's heap profile while the storm's connections are idle here")
+	fs.Var(&o.serveArgs, "serve-arg", "an extra flag for every `workload-ca serve` (repeat for more), to compare settings")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
@@ -314,3 +316,9 @@ func (b *bench) measureRates(ctx, startCtx context.Context, cp *controlplane.Con
 	}
 	return errors.Join(errs...)
 }
+
+// listFlag collects a repeated flag.
+type listFlag []string
+
+func (l *listFlag) String() string     { return fmt.Sprint(*l) }
+func (l *listFlag) Set(v string) error { *l = append(*l, v); return nil }

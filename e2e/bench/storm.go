@@ -35,7 +35,7 @@ type storm struct {
 
 // measureStorms runs the cold-start storm twice, each time against a
 // freshly started CA (an empty token cache): with ztunnel's retries, then
-// with a client that retries at once. The first keeps its connections open
+// with a client that asks for every identity at once and retries at once. The first keeps its connections open
 // afterwards, idle, to measure what they cost the CA.
 func (b *bench) measureStorms(ctx context.Context, cp *controlplane.ControlPlane, plan string, planned int) error {
 	var errs []error
@@ -128,6 +128,9 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	if retry == loadtest.RetryZtunnel {
 		args = append(args, "--hold", stormHold.String())
 		idle = b.watchIdle(ctx, ca, planned)
+	} else {
+		// A misbehaving client asks for every identity at once, not 8.
+		args = append(args, "--in-flight", strconv.Itoa(max(loadtest.DefaultInFlight, b.opts.stormIdentities)))
 	}
 	profiled := func() {}
 	if retry == loadtest.RetryZtunnel {
