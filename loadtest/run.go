@@ -173,6 +173,8 @@ type Summary struct {
 	Certs        uint64            `json:"certs"`
 	Errors       uint64            `json:"errors"`
 	ErrorsByCode map[string]uint64 `json:"errors_by_code"`
+	// ErrorSamples holds the first error message of each code.
+	ErrorSamples map[string]string `json:"error_samples,omitempty"`
 	CertsPerSec  float64           `json:"certs_per_sec"`
 	LatencyMS    Latency           `json:"latency_ms"`
 	// Rate mode: how late requests were sent after they were due, which
@@ -240,11 +242,12 @@ type runner struct {
 	winFrom time.Time
 	winTo   time.Time
 
-	lat   Histogram // successful requests completed in the window
-	lag   Histogram // rate mode: due time to sending, of the same requests
-	certs atomic.Uint64
-	codes [codes.Unauthenticated + 1]atomic.Uint64
-	other sync.Map // error class -> *atomic.Uint64
+	lat     Histogram // successful requests completed in the window
+	lag     Histogram // rate mode: due time to sending, of the same requests
+	certs   atomic.Uint64
+	codes   [codes.Unauthenticated + 1]atomic.Uint64
+	other   sync.Map // error class -> *atomic.Uint64
+	samples sync.Map // error class or code -> first message
 
 	allOK   atomic.Uint64 // every completion, for progress
 	allErrs atomic.Uint64
@@ -469,10 +472,12 @@ func (r *runner) record(due, end time.Time, err error) bool {
 func (r *runner) countError(err error) {
 	var ce *classError
 	if errors.As(err, &ce) {
+		r.samples.LoadOrStore(ce.class, err.Error())
 		r.countClass(ce.class)
 		return
 	}
 	c := status.Code(err)
+	r.samples.LoadOrStore(c.String(), err.Error())
 	if int(c) < len(r.codes) {
 		r.codes[c].Add(1)
 		return
@@ -620,7 +625,7 @@ func (r *runner) fetch(z *ztunnel, i uint64, sem chan struct{}) bool {
 
 // jittered is d give or take backoffJitter.
 func jittered(d time.Duration) time.Duration {
-	return time.Duration(float64(d) * (1 + backoffJitter*(2*mrand.Float64()-1)))
+	return time.Duration(float64(d) * (1 + backoffJitter*(2*mrand.Float64()-1))) //nolint:gosec // retry jitter, not a secret
 }
 
 // hold keeps the connections open, idle, for Config.Hold.
@@ -694,6 +699,13 @@ func (r *runner) summary(setup time.Duration) *Summary {
 	for _, n := range s.ErrorsByCode {
 		s.Errors += n
 	}
+	r.samples.Range(func(k, v any) bool {
+		if s.ErrorSamples == nil {
+			s.ErrorSamples = map[string]string{}
+		}
+		s.ErrorSamples[k.(string)] = v.(string)
+		return true
+	})
 	if r.cfg.Once {
 		s.Mode = "once"
 		var done Histogram

@@ -174,6 +174,7 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	b.res.set(key+"planned_certs", planned)
 	b.res.set(key+"errors", s.Errors)
 	b.res.set(key+"errors_by_code", s.ErrorsByCode)
+	b.res.set(key+"error_samples", s.ErrorSamples)
 	b.res.set(key+"distinct_tokens", s.Ztunnels) // one token per ztunnel
 	b.res.set(key+"tokenreviews", reviewsAfter-reviewsBefore)
 	b.res.set(key+"seconds", s.AllDoneSeconds)
@@ -191,6 +192,9 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	b.logf("  all %d ztunnels done after %.3fs (%d of them), %d of %d certificates, %d TokenReviews, %d leader changes, errors %d %v",
 		s.Ztunnels, s.AllDoneSeconds, s.ZtunnelsDone, s.Certs, planned, reviewsAfter-reviewsBefore, changes, s.Errors, s.ErrorsByCode)
 	b.logf("  certificates per second: %v", s.CertsPerSecond)
+	for code, msg := range s.ErrorSamples {
+		b.logf("  first %s: %s", code, msg)
+	}
 	if idle != nil {
 		b.recordIdle(idle, s.Ztunnels)
 	}
@@ -268,7 +272,7 @@ func (b *bench) watchIdle(ctx context.Context, ca *cahost.CA, planned int) *idle
 		if m.err != nil {
 			return
 		}
-		deadline := time.Now().Add(b.opts.stormDeadline + time.Minute)
+		deadline := time.Now().Add(b.opts.stormDeadline + 10*time.Minute) // the load generator first makes its keys
 		for {
 			samples, err := promserver.Scrape(ctx, b.adminAddr)
 			if err != nil { // the CA is busy: try again
