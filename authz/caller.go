@@ -93,3 +93,17 @@ func (e *OverloadError) Error() string { return "overloaded: " + e.Detail }
 
 // Unwrap makes an OverloadError an ErrOverloaded.
 func (e *OverloadError) Unwrap() error { return ErrOverloaded }
+
+// DeletionGrace is how long after an object's deletionTimestamp Kubernetes
+// still accepts the tokens bound to it (the API server's JWT leeway,
+// pkg/serviceaccount/claims.go); for a pod the timestamp is the delete
+// request plus the pod's grace period. A pod terminating for longer counts
+// as gone, for its tokens and for the identities it lets a node agent ask
+// for.
+const DeletionGrace = time.Minute
+
+// DeletedLongAgo reports whether an object marked for deletion at deletion
+// (zero: not marked) is gone by now as far as its tokens are concerned.
+func DeletedLongAgo(deletion, now time.Time) bool {
+	return !deletion.IsZero() && deletion.Before(now.Add(-DeletionGrace))
+}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/utils/clock"
 )
 
 // PodInfo is what the policy needs to know about one pod.
@@ -57,6 +58,9 @@ type PolicyConfig struct {
 	// NodeAgents may request identities of workloads on their own node.
 	NodeAgents []NodeAgent
 	Pods       Pods
+	// Clock tells when a terminating pod counts as gone; the real clock if
+	// nil.
+	Clock clock.PassiveClock
 }
 
 // Policy is the node-scoped authorization policy.
@@ -64,6 +68,7 @@ type Policy struct {
 	td     spiffeid.TrustDomain
 	agents map[NodeAgent]struct{}
 	pods   Pods
+	clock  clock.PassiveClock
 }
 
 // NewPolicy returns the policy. Pods is required when NodeAgents is set.
@@ -78,7 +83,10 @@ func NewPolicy(cfg PolicyConfig) (*Policy, error) {
 	for _, a := range cfg.NodeAgents {
 		agents[a] = struct{}{}
 	}
-	return &Policy{td: cfg.TrustDomain, agents: agents, pods: cfg.Pods}, nil
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	return &Policy{td: cfg.TrustDomain, agents: agents, pods: cfg.Pods, clock: cfg.Clock}, nil
 }
 
 // Authorize returns the identity the caller gets. A zero requested ID means
@@ -118,7 +126,8 @@ func (p *Policy) Authorize(ctx context.Context, c Caller, requested spiffeid.ID)
 
 // callerNode checks that the caller's token is bound to a live pod of the
 // caller's service account and returns that pod's node, cross-checked with
-// the node the token names.
+// the node the token names. A pod terminating for longer than
+// DeletionGrace is no longer live.
 func (p *Policy) callerNode(ctx context.Context, c Caller) (string, error) {
 	if c.PodName == "" || c.PodUID == "" {
 		return "", Deny(ReasonCallerPodMismatch, "%s: token is not bound to a pod", c)
@@ -132,6 +141,8 @@ func (p *Policy) callerNode(ctx context.Context, c Caller) (string, error) {
 		return "", Deny(ReasonCallerPodMismatch, "%s: pod uid %s not found", c, c.PodUID)
 	case pod.ServiceAccount != c.ServiceAccount:
 		return "", Deny(ReasonCallerPodMismatch, "%s: pod runs as %s", c, pod.ServiceAccount)
+	case DeletedLongAgo(pod.Deletion, p.clock.Now()):
+		return "", Deny(ReasonCallerPodMismatch, "%s: pod has been terminating since %s", c, pod.Deletion.Format(time.RFC3339))
 	case pod.NodeName == "":
 		return "", Deny(ReasonCallerNodeUnknown, "%s: pod is not scheduled", c)
 	case c.NodeName != "" && c.NodeName != pod.NodeName:

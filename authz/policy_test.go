@@ -4,8 +4,10 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/authztest"
@@ -19,6 +21,9 @@ func TestPolicyAuthorize(t *testing.T) {
 	pods.Add("istio-system", "other", authz.PodInfo{UID: "zt-x", NodeName: "node-a", ServiceAccount: "other"})
 	pods.Add("demo", "web-1", authz.PodInfo{UID: "web-1", NodeName: "node-a", ServiceAccount: "web"})
 	pods.Add("demo", "db-1", authz.PodInfo{UID: "db-1", NodeName: "node-b", ServiceAccount: "db"})
+	now := time.Unix(2e9, 0)
+	pods.Add("istio-system", "zt-stopping", authz.PodInfo{UID: "zt-s", NodeName: "node-a", ServiceAccount: "ztunnel", Deletion: now.Add(-59 * time.Second)})
+	pods.Add("istio-system", "zt-stuck", authz.PodInfo{UID: "zt-t", NodeName: "node-a", ServiceAccount: "ztunnel", Deletion: now.Add(-61 * time.Second)})
 	ztunnel := authz.Caller{Namespace: "istio-system", ServiceAccount: "ztunnel", PodName: "zt", PodUID: "zt-a", NodeName: "node-a"}
 	web := authz.Caller{Namespace: "demo", ServiceAccount: "web", PodName: "web-1", PodUID: "web-1"}
 	with := func(c authz.Caller, f func(*authz.Caller)) authz.Caller { f(&c); return c }
@@ -49,6 +54,8 @@ func TestPolicyAuthorize(t *testing.T) {
 		{name: "token node differs from pod node", caller: with(ztunnel, func(c *authz.Caller) { c.NodeName = "node-b" }), requested: id("spiffe://cluster.local/ns/demo/sa/db"), wantReason: authz.ReasonCallerPodMismatch},
 		{name: "token without node uses the pod's node", caller: with(ztunnel, func(c *authz.Caller) { c.NodeName = "" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), want: id("spiffe://cluster.local/ns/demo/sa/web")},
 		{name: "unscheduled caller pod", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID, c.NodeName = "zt-pending", "zt-u", "" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), wantReason: authz.ReasonCallerNodeUnknown},
+		{name: "caller pod terminating within the grace", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID = "zt-stopping", "zt-s" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), want: id("spiffe://cluster.local/ns/demo/sa/web")},
+		{name: "caller pod terminating past the grace", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID = "zt-stuck", "zt-t" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), wantReason: authz.ReasonCallerPodMismatch},
 		{name: "pod lookup failure fails closed", caller: ztunnel, requested: id("spiffe://cluster.local/ns/demo/sa/web"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantErr: authz.ErrUnavailable},
 	}
 	for _, tt := range tests {
@@ -61,6 +68,7 @@ func TestPolicyAuthorize(t *testing.T) {
 				TrustDomain: td,
 				NodeAgents:  []authz.NodeAgent{{Namespace: "istio-system", ServiceAccount: "ztunnel"}},
 				Pods:        p,
+				Clock:       testingclock.NewFakePassiveClock(now),
 			})
 			if err != nil {
 				t.Fatal(err)

@@ -185,9 +185,11 @@ func (i *Index) Pod(ctx context.Context, namespace, name, uid string) (authz.Pod
 }
 
 // ServiceAccountOnNode implements authz.Pods. On a miss one live, bounded
-// LIST of the namespace's pods on node decides.
+// LIST of the namespace's pods on node decides. A pod terminating for more
+// than authz.DeletionGrace does not count.
 func (i *Index) ServiceAccountOnNode(ctx context.Context, node, namespace, serviceAccount string) (bool, error) {
-	if i.store.onNode(node, saName{namespace, serviceAccount}) {
+	cutoff := i.cfg.Clock.Now().Add(-authz.DeletionGrace).Unix()
+	if i.store.onNode(node, saName{namespace, serviceAccount}, cutoff) {
 		return true, nil
 	}
 	return i.lookupOnNode(ctx, node, namespace, serviceAccount)

@@ -3,6 +3,7 @@ package podindex
 import (
 	"context"
 	"fmt"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,7 +85,7 @@ func (i *Index) lookupOnNode(ctx context.Context, node, namespace, serviceAccoun
 			return false, fmt.Errorf("podindex: list pods of %s/%s on node %s: %w: %w",
 				namespace, serviceAccount, node, authz.ErrUnavailable, err)
 		}
-		if anyRunsAs(pods.Items, record{namespace: namespace, node: node, serviceAccount: serviceAccount}) {
+		if anyRunsAs(pods.Items, record{namespace: namespace, node: node, serviceAccount: serviceAccount}, i.cfg.Clock.Now()) {
 			return true, nil
 		}
 		if pods.Continue == "" {
@@ -107,11 +108,13 @@ func onNodeSelector(node, serviceAccount string) string {
 }
 
 // anyRunsAs checks the server's answer again on the client: a live pod in
-// want's namespace, on want's node, running as want's service account.
-func anyRunsAs(pods []corev1.Pod, want record) bool {
+// want's namespace, on want's node, running as want's service account, not
+// terminating for longer than authz.DeletionGrace at now.
+func anyRunsAs(pods []corev1.Pod, want record, now time.Time) bool {
 	for j := range pods {
 		r, _ := recordOf(&pods[j])
-		if r.live() && r.namespace == want.namespace && r.node == want.node && r.serviceAccount == want.serviceAccount {
+		if r.live() && r.namespace == want.namespace && r.node == want.node && r.serviceAccount == want.serviceAccount &&
+			!authz.DeletedLongAgo(deletionTime(r.deletion), now) {
 			return true
 		}
 	}

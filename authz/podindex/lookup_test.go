@@ -260,3 +260,81 @@ func TestLookupUsesTimeout(t *testing.T) {
 		t.Errorf("lookup took %v, want about the 50ms timeout", d)
 	}
 }
+
+// A pod stuck terminating lets its node agent ask for its service account
+// only within the minute after its deletionTimestamp that Kubernetes
+// accepts its tokens; another, running pod of that account on the node
+// still does. The live lookup, on a miss, applies the same bound.
+func TestTerminatingPodStopsAuthorizingNodeAgentAfterGrace(t *testing.T) {
+	deleted := metav1.Unix(1e9, 0)
+	terminating := func(uid, node string) *corev1.Pod {
+		p := running(uid, "shop", "cart", node)
+		p.DeletionTimestamp = &deleted
+		return p
+	}
+	tests := []struct {
+		name    string
+		indexed []*corev1.Pod
+		apiPods []runtime.Object
+		node    string
+		after   time.Duration
+		want    bool
+	}{
+		{name: "indexed, within the grace", indexed: []*corev1.Pod{terminating(uid1, "node-a")}, node: "node-a", after: 59 * time.Second, want: true},
+		{name: "indexed, past the grace", indexed: []*corev1.Pod{terminating(uid1, "node-a")}, node: "node-a", after: 61 * time.Second},
+		{name: "indexed, past the grace, beside a running pod", node: "node-a", after: time.Hour, want: true,
+			indexed: []*corev1.Pod{terminating(uid1, "node-a"), running(uid2, "shop", "cart", "node-a")}},
+		{name: "indexed, past the grace, running pod elsewhere", node: "node-a", after: time.Hour,
+			indexed: []*corev1.Pod{terminating(uid1, "node-a"), running(uid2, "shop", "cart", "node-b")}},
+		{name: "live lookup, within the grace", apiPods: []runtime.Object{terminating(uid3, "node-c")}, node: "node-c", after: 30 * time.Second, want: true},
+		{name: "live lookup, past the grace", apiPods: []runtime.Object{terminating(uid3, "node-c")}, node: "node-c", after: 2 * time.Minute},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			clk := testingclock.NewFakePassiveClock(deleted.Add(tc.after))
+			f := newFixture(t, Config{Clock: clk}, tc.indexed, tc.apiPods...)
+			got, err := f.idx.ServiceAccountOnNode(t.Context(), tc.node, "shop", "cart")
+			if err != nil || got != tc.want {
+				t.Fatalf("ServiceAccountOnNode = %v, %v; want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// The terminating count follows a pod through deletion, cancellation and
+// removal, so a running pod is never shadowed by one that left.
+func TestTerminatingCountFollowsPods(t *testing.T) {
+	s := newStore(slog.New(slog.DiscardHandler))
+	at := metav1.Unix(1e9, 0)
+	a := running(uid1, "shop", "cart", "node-a")
+	b := running(uid2, "shop", "cart", "node-a")
+	ta := a.DeepCopy()
+	ta.DeletionTimestamp = &at
+	tb := b.DeepCopy()
+	tb.DeletionTimestamp = &at
+	late := at.Unix() + 61
+	steps := []struct {
+		name string
+		op   func() error
+		want bool
+	}{
+		{"one running pod", func() error { return s.Add(a) }, true},
+		{"it terminates", func() error { return s.Update(ta) }, false},
+		{"a second pod runs", func() error { return s.Add(b) }, true},
+		{"it terminates too", func() error { return s.Update(tb) }, false},
+		{"its deletion is withdrawn", func() error { return s.Update(b) }, true},
+		{"the first is deleted", func() error { return s.Delete(ta) }, true},
+		{"the second terminates again", func() error { return s.Update(tb) }, false},
+		{"and is deleted", func() error { return s.Delete(tb) }, false},
+		{"a pod runs again", func() error { return s.Add(a) }, true},
+	}
+	for _, st := range steps {
+		mustNil(t, st.name, st.op())
+		if got := s.onNode("node-a", saName{"shop", "cart"}, late); got != st.want {
+			t.Fatalf("%s: onNode past the grace = %v, want %v", st.name, got, st.want)
+		}
+	}
+	if len(s.st.deleting) != 0 || len(s.st.onNode[0]) != 1 || s.st.onNode[0][0].terminating != 0 {
+		t.Fatalf("left %d deletion timestamps, counts %+v", len(s.st.deleting), s.st.onNode)
+	}
+}

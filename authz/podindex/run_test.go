@@ -68,7 +68,7 @@ func TestRun(t *testing.T) {
 	if _, err := pods.Create(ctx, running(uid4, "shop", "cart", "node-b"), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "created pod indexed", func() bool { return idx.store.onNode("node-b", saName{"shop", "cart"}) })
+	testwait.Eventually(t, "created pod indexed", func() bool { return idx.store.onNode("node-b", saName{"shop", "cart"}, 0) })
 
 	bound := testPod(uid3, "shop", "cart", "node-c", corev1.PodPending)
 	if _, err := pods.Update(ctx, bound, metav1.UpdateOptions{}); err != nil {

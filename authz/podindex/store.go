@@ -12,10 +12,12 @@ import (
 // slot is where a pod runs: node id and service account id.
 type slot struct{ node, sa uint32 }
 
-// saCount is the number of live pods of one service account on a node.
+// saCount is the number of live pods of one service account on a node, and
+// how many of them are terminating.
 type saCount struct {
-	sa uint32
-	n  int32
+	sa          uint32
+	n           int32
+	terminating int32
 }
 
 // state is the whole index. It is only touched under store.mu.
@@ -63,19 +65,48 @@ func (st *state) count(s slot, delta int32) {
 		return
 	}
 	if delta > 0 {
-		st.onNode[s.node] = append(list, saCount{s.sa, delta})
+		st.onNode[s.node] = append(list, saCount{sa: s.sa, n: delta})
 	}
 }
 
-// running reports whether sa has a live pod on node.
-func (st *state) running(node, sa uint32) bool {
+// countTerminating adds delta to the terminating pods of s.sa on s.node,
+// which count already counts among its live pods.
+func (st *state) countTerminating(s slot, delta int32) {
+	if int(s.node) >= len(st.onNode) {
+		return
+	}
+	list := st.onNode[s.node]
+	for j := range list {
+		if list[j].sa == s.sa {
+			list[j].terminating += delta
+			return
+		}
+	}
+}
+
+// running reports whether sa has a live pod on node that is not
+// terminating, or has been terminating since cutoff (Unix seconds) or
+// later.
+func (st *state) running(node, sa uint32, cutoff int64) bool {
 	if int(node) >= len(st.onNode) {
 		return false
 	}
 	for _, c := range st.onNode[node] {
-		if c.sa == sa {
-			return c.n > 0
+		if c.sa != sa {
+			continue
 		}
+		if c.n > c.terminating {
+			return true
+		}
+		// Every pod is terminating: one that began recently still counts.
+		// Few pods terminate at a time, so the scan is short.
+		want := slot{node, sa}
+		for k, unix := range st.deleting {
+			if unix >= cutoff && st.pods[k] == want {
+				return true
+			}
+		}
+		return false
 	}
 	return false
 }
@@ -90,7 +121,7 @@ func (st *state) put(r record) {
 	sa := saName{r.namespace, r.serviceAccount}
 	if old, ok := st.pods[k]; ok {
 		if st.nodes.key(old.node) == r.node && st.sas.key(old.sa) == sa {
-			st.setDeletion(k, r.deletion)
+			st.setDeletion(k, old, r.deletion)
 			return
 		}
 		st.remove(k)
@@ -98,16 +129,23 @@ func (st *state) put(r record) {
 	s := slot{st.nodes.acquire(r.node), st.sas.acquire(sa)}
 	st.pods[k] = s
 	st.count(s, 1)
-	st.setDeletion(k, r.deletion)
+	st.setDeletion(k, s, r.deletion)
 }
 
-// setDeletion records when pod k was marked for deletion (0: it is not).
-func (st *state) setDeletion(k uidKey, unix int64) {
-	if unix == 0 {
+// setDeletion records when pod k, counted in slot s, was marked for
+// deletion (0: it is not).
+func (st *state) setDeletion(k uidKey, s slot, unix int64) {
+	_, was := st.deleting[k]
+	switch {
+	case unix == 0 && was:
 		delete(st.deleting, k)
-		return
+		st.countTerminating(s, -1)
+	case unix != 0:
+		st.deleting[k] = unix
+		if !was {
+			st.countTerminating(s, 1)
+		}
 	}
-	st.deleting[k] = unix
 }
 
 func (st *state) remove(k uidKey) {
@@ -115,8 +153,8 @@ func (st *state) remove(k uidKey) {
 	if !ok {
 		return
 	}
+	st.setDeletion(k, s, 0)
 	delete(st.pods, k)
-	delete(st.deleting, k)
 	st.count(s, -1)
 	st.nodes.release(s.node)
 	st.sas.release(s.sa)
@@ -233,7 +271,9 @@ func (s *store) podNamespace(uid string) (namespace string, deletion int64, ok b
 	return s.st.sas.key(sl.sa).namespace, s.st.deleting[k], true
 }
 
-func (s *store) onNode(node string, sa saName) bool {
+// onNode reports whether sa has a pod on node that is not terminating, or
+// has been terminating since cutoff (Unix seconds) or later.
+func (s *store) onNode(node string, sa saName, cutoff int64) bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	n, ok := s.st.nodes.lookup(node)
@@ -241,7 +281,7 @@ func (s *store) onNode(node string, sa saName) bool {
 		return false
 	}
 	a, ok := s.st.sas.lookup(sa)
-	return ok && s.st.running(n, a)
+	return ok && s.st.running(n, a, cutoff)
 }
 
 func (s *store) stats() Stats {

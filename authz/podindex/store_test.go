@@ -195,7 +195,7 @@ func TestStore(t *testing.T) {
 				op(t, s)
 			}
 			for _, q := range tc.onNode {
-				if got := s.onNode(q.node, saName{q.ns, q.sa}); got != q.want {
+				if got := s.onNode(q.node, saName{q.ns, q.sa}, 0); got != q.want {
 					t.Errorf("onNode(%q, %s/%s) = %v, want %v", q.node, q.ns, q.sa, got, q.want)
 				}
 			}
@@ -295,7 +295,7 @@ func compareModel(t *testing.T, s *store, model map[string]*corev1.Pod) {
 	for _, n := range []string{"n1", "n2", "n3", "n4"} {
 		for _, ns := range []string{"a", "b"} {
 			for _, sa := range []string{"x", "y", "z"} {
-				if got := s.onNode(n, saName{ns, sa}); got != want[n+"/"+ns+"/"+sa] {
+				if got := s.onNode(n, saName{ns, sa}, 0); got != want[n+"/"+ns+"/"+sa] {
 					t.Fatalf("onNode(%s, %s/%s) = %v, model says %v", n, ns, sa, got, !got)
 				}
 			}

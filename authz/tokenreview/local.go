@@ -12,12 +12,6 @@ import (
 	"github.com/workload-ca/workload-ca/authz"
 )
 
-// deletionGrace is how long after an object's deletionTimestamp the API
-// server still accepts the tokens bound to it (its JWT leeway,
-// pkg/serviceaccount/claims.go); for a pod the timestamp is the delete
-// request plus the pod's grace period.
-const deletionGrace = time.Minute
-
 // claims are what a service account token carries: the registered claims
 // and Kubernetes' private ones.
 type claims struct {
@@ -183,7 +177,7 @@ func (r *Reviewer) boundAlive(c authz.Caller, b binding, now time.Time) error {
 		switch {
 		case !ok:
 			return fmt.Errorf("pod %s/%s (uid %s) is not in the pod index", c.Namespace, c.PodName, c.PodUID)
-		case deletedLongAgo(deletion, now):
+		case authz.DeletedLongAgo(deletion, now):
 			return fmt.Errorf("pod %s/%s was deleted at %s", c.Namespace, c.PodName, deletion.Format(time.RFC3339))
 		}
 	}
@@ -194,7 +188,7 @@ func (r *Reviewer) boundAlive(c authz.Caller, b binding, now time.Time) error {
 			return fmt.Errorf("service account %s/%s is not in the index", c.Namespace, c.ServiceAccount)
 		case uid != b.saUID:
 			return fmt.Errorf("service account %s/%s has uid %s, the token names %s", c.Namespace, c.ServiceAccount, uid, b.saUID)
-		case deletedLongAgo(deletion, now):
+		case authz.DeletedLongAgo(deletion, now):
 			return fmt.Errorf("service account %s/%s was deleted at %s", c.Namespace, c.ServiceAccount, deletion.Format(time.RFC3339))
 		}
 	}
@@ -202,12 +196,6 @@ func (r *Reviewer) boundAlive(c authz.Caller, b binding, now time.Time) error {
 		return fmt.Errorf("key %q is no longer listed by the issuer", b.keyID)
 	}
 	return nil
-}
-
-// deletedLongAgo reports whether an object marked for deletion at deletion
-// (zero: not marked) is gone as far as its tokens are concerned.
-func deletedLongAgo(deletion, now time.Time) bool {
-	return !deletion.IsZero() && deletion.Before(now.Add(-deletionGrace))
 }
 
 func keysOf(m map[string]json.RawMessage) []string {
