@@ -17,9 +17,13 @@ const maxTokenSize = 8 << 10
 // maxExpiry is the largest exp we accept: 9999-12-31T23:59:59Z.
 const maxExpiry = 253402300799
 
-// checkTokenShape rejects what cannot be a compact JWS (three non-empty
-// base64url segments separated by dots) without decoding it, so garbage
-// never costs an API call.
+// checkTokenShape rejects what cannot be a compact JWS without decoding it,
+// so garbage never costs an API call: three non-empty segments separated by
+// dots, each in canonical unpadded base64url (RFC 7515, section 2). Decoders
+// (go-jose's, the API server's) accept padding and ignore the unused low
+// bits of a segment's last character, so one signed token has hundreds of
+// spellings that all verify; only the canonical one is accepted, so that a
+// token is one cache entry and at most one TokenReview.
 func checkTokenShape(token string) error {
 	if token == "" {
 		return errors.New("empty bearer token")
@@ -27,28 +31,66 @@ func checkTokenShape(token string) error {
 	if len(token) > maxTokenSize {
 		return fmt.Errorf("bearer token of %d bytes exceeds %d", len(token), maxTokenSize)
 	}
-	segments, start, padded := 1, 0, false
-	for i := 0; i < len(token); i++ {
-		switch c := token[i]; {
-		case c == '.':
-			if i == start {
-				return fmt.Errorf("bearer token is not a JWT: empty segment %d", segments)
+	segments, start := 1, 0
+	for i := 0; i <= len(token); i++ {
+		if i < len(token) && token[i] != '.' {
+			if base64URLValue(token[i]) < 0 {
+				return fmt.Errorf("bearer token is not a JWT: unexpected byte at offset %d", i)
 			}
-			segments, start, padded = segments+1, i+1, false
-		case c == '=' && i > start:
-			padded = true
-		case padded || !isBase64URL(c):
-			return fmt.Errorf("bearer token is not a JWT: unexpected byte at offset %d", i)
+			continue
+		}
+		if i == start {
+			if i == len(token) {
+				return fmt.Errorf("bearer token is not a JWT: want 3 non-empty segments, got %d", segments)
+			}
+			return fmt.Errorf("bearer token is not a JWT: empty segment %d", segments)
+		}
+		if err := checkCanonicalEnd(token[start:i]); err != nil {
+			return fmt.Errorf("bearer token is not a JWT: segment %d %w", segments, err)
+		}
+		if i < len(token) {
+			segments, start = segments+1, i+1
 		}
 	}
-	if segments != 3 || start == len(token) {
+	if segments != 3 {
 		return fmt.Errorf("bearer token is not a JWT: want 3 non-empty segments, got %d", segments)
 	}
 	return nil
 }
 
-func isBase64URL(c byte) bool {
-	return 'A' <= c && c <= 'Z' || 'a' <= c && c <= 'z' || '0' <= c && c <= '9' || c == '-' || c == '_'
+// checkCanonicalEnd checks the length of an unpadded base64url segment and
+// that the bits its last character does not use are zero.
+func checkCanonicalEnd(seg string) error {
+	var unused int
+	switch len(seg) % 4 {
+	case 1:
+		return errors.New("has a length no encoding has")
+	case 2:
+		unused = 0x0f // one byte: 2 of the last character's 6 bits used
+	case 3:
+		unused = 0x03 // two bytes: 4 used
+	}
+	if base64URLValue(seg[len(seg)-1])&unused != 0 {
+		return errors.New("is not in canonical base64url (unused bits set)")
+	}
+	return nil
+}
+
+// base64URLValue is the 6-bit value of a base64url character, or -1.
+func base64URLValue(c byte) int {
+	switch {
+	case 'A' <= c && c <= 'Z':
+		return int(c - 'A')
+	case 'a' <= c && c <= 'z':
+		return int(c-'a') + 26
+	case '0' <= c && c <= '9':
+		return int(c-'0') + 52
+	case c == '-':
+		return 62
+	case c == '_':
+		return 63
+	}
+	return -1
 }
 
 // tokenExpiry returns the exp claim of a compact JWT, read from its payload
