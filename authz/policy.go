@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 )
 
@@ -165,6 +166,13 @@ func workload(id spiffeid.ID) (ns, sa string, err error) {
 	}
 	if !ok || ns == "" || sa == "" || strings.Contains(sa, "/") {
 		return "", "", fmt.Errorf("identity %s is not of the form spiffe://<trust domain>/ns/<namespace>/sa/<service account>", id)
+	}
+	// Names Kubernetes cannot hold never cost a pod lookup.
+	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
+		return "", "", fmt.Errorf("identity %s names a namespace Kubernetes cannot hold: %s", id, errs[0])
+	}
+	if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
+		return "", "", fmt.Errorf("identity %s names a service account Kubernetes cannot hold: %s", id, errs[0])
 	}
 	return ns, sa, nil
 }

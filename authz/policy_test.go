@@ -3,6 +3,7 @@ package authz_test
 import (
 	"context"
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -56,6 +57,11 @@ func TestPolicyAuthorize(t *testing.T) {
 		{name: "unscheduled caller pod", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID, c.NodeName = "zt-pending", "zt-u", "" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), wantReason: authz.ReasonCallerNodeUnknown},
 		{name: "caller pod terminating within the grace", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID = "zt-stopping", "zt-s" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), want: id("spiffe://cluster.local/ns/demo/sa/web")},
 		{name: "caller pod terminating past the grace", caller: with(ztunnel, func(c *authz.Caller) { c.PodName, c.PodUID = "zt-stuck", "zt-t" }), requested: id("spiffe://cluster.local/ns/demo/sa/web"), wantReason: authz.ReasonCallerPodMismatch},
+		{name: "namespace Kubernetes cannot hold, refused before any lookup", caller: ztunnel, requested: id("spiffe://cluster.local/ns/Demo/sa/web"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantReason: authz.ReasonInvalidIdentity},
+		{name: "service account Kubernetes cannot hold, refused before any lookup", caller: ztunnel, requested: id("spiffe://cluster.local/ns/demo/sa/WEB"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantReason: authz.ReasonInvalidIdentity},
+		{name: "service account with characters Kubernetes refuses", caller: ztunnel, requested: id("spiffe://cluster.local/ns/demo/sa/x_y"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantReason: authz.ReasonInvalidIdentity},
+		{name: "namespace longer than a label", caller: ztunnel, requested: id("spiffe://cluster.local/ns/" + strings.Repeat("n", 64) + "/sa/web"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantReason: authz.ReasonInvalidIdentity},
+		{name: "dotted service account name is one Kubernetes holds", caller: ztunnel, requested: id("spiffe://cluster.local/ns/demo/sa/web.v2"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantErr: authz.ErrUnavailable},
 		{name: "pod lookup failure fails closed", caller: ztunnel, requested: id("spiffe://cluster.local/ns/demo/sa/web"), pods: &authztest.Pods{Err: authz.ErrUnavailable}, wantErr: authz.ErrUnavailable},
 	}
 	for _, tt := range tests {

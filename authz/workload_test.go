@@ -13,7 +13,10 @@ func TestWorkload(t *testing.T) {
 		ns, sa string // empty: not a workload identity
 	}{
 		{"/ns/demo/sa/web", "demo", "web"},
-		{"/ns/a.b/sa/c-d", "a.b", "c-d"},
+		{"/ns/a-b/sa/c.d", "a-b", "c.d"},
+		{"/ns/a.b/sa/c-d", "", ""}, // a namespace is a DNS-1123 label
+		{"/ns/demo/sa/Web", "", ""},
+		{"/ns/demo/sa/-web", "", ""},
 		{"", "", ""},
 		{"/ns", "", ""},
 		{"/ns/demo", "", ""},

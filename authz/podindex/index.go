@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/clock"
+	"k8s.io/utils/lru"
 
 	"github.com/workload-ca/workload-ca/authz"
 )
@@ -29,6 +30,13 @@ const (
 	DefaultLookupRate    = rate.Limit(20)
 	DefaultLookupBurst   = 40
 	DefaultLookupTimeout = 2 * time.Second
+	// One caller (a node, for the lookups a node agent's requests make; a
+	// namespace, for a caller's own pod) gets a share of the live lookups.
+	DefaultLookupRatePerCaller  = rate.Limit(1)
+	DefaultLookupBurstPerCaller = 4
+	// lookupCallers is how many callers' budgets are remembered; the least
+	// recently seen is forgotten first.
+	lookupCallers = 16384
 )
 
 // Config configures an Index. Client is required; zero values of the other
@@ -42,6 +50,10 @@ type Config struct {
 	// misses, across all callers.
 	LookupRate  rate.Limit
 	LookupBurst int
+	// LookupRatePerCaller and LookupBurstPerCaller bound those of one
+	// caller, so that one node agent's misses cannot take every lookup.
+	LookupRatePerCaller  rate.Limit
+	LookupBurstPerCaller int
 	// LookupTimeout bounds one live lookup.
 	LookupTimeout time.Duration
 }
@@ -62,6 +74,12 @@ func (c Config) withDefaults() Config {
 	if c.LookupTimeout == 0 {
 		c.LookupTimeout = DefaultLookupTimeout
 	}
+	if c.LookupRatePerCaller == 0 {
+		c.LookupRatePerCaller = DefaultLookupRatePerCaller
+	}
+	if c.LookupBurstPerCaller == 0 {
+		c.LookupBurstPerCaller = DefaultLookupBurstPerCaller
+	}
 	return c
 }
 
@@ -71,6 +89,7 @@ type Index struct {
 	cfg     Config
 	store   *store
 	limiter *rate.Limiter
+	callers *lru.Cache    // caller key -> *rate.Limiter
 	logOnce *rate.Limiter // at most one refusal log line a second
 	started atomic.Bool
 	lookups atomic.Uint64 // live lookups made
@@ -86,7 +105,7 @@ type Stats struct {
 	Nodes           int
 	ServiceAccounts int
 	Lookups         uint64 // live API lookups made on index misses
-	LookupsRefused  uint64 // misses answered not-found by the rate limiter
+	LookupsRefused  uint64 // misses refused (as overload) by a lookup budget
 }
 
 // New returns an empty Index; Run fills it. It panics if cfg.Client is nil.
@@ -99,6 +118,7 @@ func New(cfg Config) *Index {
 		cfg:     cfg,
 		store:   newStore(cfg.Logger),
 		limiter: rate.NewLimiter(cfg.LookupRate, cfg.LookupBurst),
+		callers: lru.New(lookupCallers),
 		logOnce: rate.NewLimiter(rate.Every(time.Second), 1),
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -23,22 +24,46 @@ const (
 	lookupMaxPages = 3
 )
 
-// allowLookup takes a token from the live-lookup limiter. A refusal answers
-// not-found: the caller fails closed and the watch catches up. Refusals are
-// logged at most once a second (a flood of misses must not flood the log)
-// and counted in Stats.
-func (i *Index) allowLookup(kind string, args ...any) bool {
+// allowLookup takes a token from the caller's live-lookup budget and from
+// the index's. A refusal is an *authz.OverloadError saying when to come
+// back: it decides nothing, so it is neither "not found" nor cached, and
+// the caller's retry finds the watch caught up or a budget refilled.
+// Refusals are logged at most once a second (a flood of misses must not
+// flood the log) and counted in Stats.
+func (i *Index) allowLookup(caller, kind string, args ...any) error {
 	now := i.cfg.Clock.Now()
-	if i.limiter.AllowN(now, 1) {
-		i.lookups.Add(1)
-		return true
+	own := i.callerBudget(caller)
+	switch {
+	case !own.AllowN(now, 1):
+		return i.refuse(now, own.Limit(), kind+" lookups of "+caller, args)
+	case !i.limiter.AllowN(now, 1):
+		return i.refuse(now, i.limiter.Limit(), kind+" lookups", args)
 	}
+	i.lookups.Add(1)
+	return nil
+}
+
+// callerBudget returns the live-lookup limiter of one caller.
+func (i *Index) callerBudget(caller string) *rate.Limiter {
+	if l, ok := i.callers.Get(caller); ok {
+		return l.(*rate.Limiter)
+	}
+	l := rate.NewLimiter(i.cfg.LookupRatePerCaller, i.cfg.LookupBurstPerCaller)
+	i.callers.Add(caller, l)
+	return l
+}
+
+func (i *Index) refuse(now time.Time, r rate.Limit, what string, args []any) error {
 	refused := i.refused.Add(1)
 	if i.logOnce.AllowN(now, 1) {
 		args = append(args[:len(args):len(args)], "refusedTotal", refused)
-		i.cfg.Logger.Warn("podindex: live "+kind+" lookup refused by rate limit; answering not found", args...)
+		i.cfg.Logger.Warn("podindex: live lookup refused: budget of "+what+" spent", args...)
 	}
-	return false
+	retry := time.Second
+	if r > 0 {
+		retry = max(time.Duration(float64(time.Second)/float64(r)), 100*time.Millisecond)
+	}
+	return fmt.Errorf("podindex: %w", &authz.OverloadError{RetryAfter: retry, Detail: "budget of live " + what + " spent"})
 }
 
 // lookupPod reads namespace/name from the API and checks that it is the
@@ -47,8 +72,8 @@ func (i *Index) lookupPod(ctx context.Context, namespace, name, uid string) (aut
 	if namespace == "" || name == "" || uid == "" {
 		return authz.PodInfo{}, false, nil
 	}
-	if !i.allowLookup("pod", "namespace", namespace, "name", name, "uid", uid) {
-		return authz.PodInfo{}, false, nil
+	if err := i.allowLookup("namespace/"+namespace, "pod", "namespace", namespace, "name", name, "uid", uid); err != nil {
+		return authz.PodInfo{}, false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.cfg.LookupTimeout)
 	defer cancel()
@@ -73,8 +98,8 @@ func (i *Index) lookupOnNode(ctx context.Context, node, namespace, serviceAccoun
 		return false, nil // an empty node would select unscheduled pods
 	}
 	args := []any{"node", node, "namespace", namespace, "serviceAccount", serviceAccount}
-	if !i.allowLookup("service-account-on-node", args...) {
-		return false, nil
+	if err := i.allowLookup("node/"+node, "service-account-on-node", args...); err != nil {
+		return false, err
 	}
 	ctx, cancel := context.WithTimeout(ctx, i.cfg.LookupTimeout)
 	defer cancel()

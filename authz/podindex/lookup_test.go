@@ -3,6 +3,7 @@ package podindex
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -179,23 +180,58 @@ func TestAPIErrorKeepsCause(t *testing.T) {
 	}
 }
 
-func TestLookupRateLimited(t *testing.T) {
+// A spent lookup budget is an overload refusal with a time to come back,
+// never "not found" (which the token check would cache and the policy
+// would deny on): the pod exists, informer lag is what the lookup is for.
+func TestLookupBudgetRefusesAsOverloadNotNotFound(t *testing.T) {
 	live := running(uid2, "shop", "cart", "node-b")
 	f := newFixture(t, Config{LookupRate: 0.001, LookupBurst: 1}, nil, live)
 	ctx := context.Background()
 	if _, found, err := f.idx.Pod(ctx, "shop", live.Name, uid2); !found || err != nil {
 		t.Fatalf("first lookup: found=%v err=%v, want found", found, err)
 	}
-	if _, found, err := f.idx.Pod(ctx, "shop", live.Name, uid2); found || err != nil {
-		t.Errorf("second Pod lookup: found=%v err=%v, want not found (rate limited)", found, err)
+	var oe *authz.OverloadError
+	if _, found, err := f.idx.Pod(ctx, "shop", live.Name, uid2); found || !errors.As(err, &oe) || oe.RetryAfter <= 0 {
+		t.Errorf("second Pod lookup: found=%v err=%v, want an overload refusal with a retry-after", found, err)
 	}
-	if ok, err := f.idx.ServiceAccountOnNode(ctx, "node-b", "shop", "cart"); ok || err != nil {
-		t.Errorf("ServiceAccountOnNode lookup: %v, %v; want false (rate limited)", ok, err)
+	if ok, err := f.idx.ServiceAccountOnNode(ctx, "node-b", "shop", "cart"); ok || !errors.Is(err, authz.ErrOverloaded) {
+		t.Errorf("ServiceAccountOnNode lookup: %v, %v; want an overload refusal", ok, err)
 	}
 	f.wantCalls(t, 1)
 	if st := f.idx.Stats(); st.Lookups != 1 || st.LookupsRefused != 2 {
 		t.Errorf("stats = %+v, want 1 lookup and 2 refused", st)
 	}
+}
+
+// One node agent asking for identities that have no pod on its node spends
+// its own share of the live lookups, not everyone's: another node's miss
+// (a pod the watch has not delivered yet) is still looked up.
+func TestLookupBudgetIsPerCaller(t *testing.T) {
+	late := running(uid2, "shop", "cart", "node-b") // in the API, not yet in the index
+	clk := testingclock.NewFakePassiveClock(time.Unix(1e9, 0))
+	f := newFixture(t, Config{Clock: clk, LookupRatePerCaller: 1, LookupBurstPerCaller: 4}, nil, late)
+	ctx := context.Background()
+	refused := 0
+	for n := range 100 {
+		ok, err := f.idx.ServiceAccountOnNode(ctx, "node-a", "shop", fmt.Sprintf("nobody-%d", n))
+		switch {
+		case errors.Is(err, authz.ErrOverloaded):
+			refused++
+		case ok || err != nil:
+			t.Fatalf("lookup %d of node-a: %v, %v", n, ok, err)
+		}
+	}
+	if refused != 96 {
+		t.Errorf("node-a: %d of 100 lookups refused, want 96 (burst 4)", refused)
+	}
+	if ok, err := f.idx.ServiceAccountOnNode(ctx, "node-b", "shop", "cart"); !ok || err != nil {
+		t.Fatalf("node-b after node-a's flood: %v, %v; want found", ok, err)
+	}
+	clk.SetTime(clk.Now().Add(time.Second))
+	if _, err := f.idx.ServiceAccountOnNode(ctx, "node-a", "shop", "nobody"); err != nil {
+		t.Errorf("node-a a second later: %v, want its budget refilled", err)
+	}
+	f.wantCalls(t, 6)
 }
 
 // TestOnNodeLookupRequest checks the LIST sent to the API, and that a short
