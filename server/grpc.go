@@ -7,6 +7,7 @@ import (
 	"net"
 	"time"
 
+	"golang.org/x/net/netutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/health"
@@ -75,32 +76,84 @@ type GRPCServer struct {
 	ShutdownDelay time.Duration
 }
 
-// ConnectionAge returns the server option that closes each connection after
-// about age (grpc-go adds up to 10% of jitter), with a GOAWAY that lets its
-// in-flight requests finish within grace. ztunnel keeps one connection to
-// the CA for as long as it runs: without an age, a replica added to share
-// the load, or one back from a restart, gets no ztunnel that connected
-// before it. Zero age keeps connections open.
-func ConnectionAge(age, grace time.Duration) grpc.ServerOption {
-	if age <= 0 {
-		return grpc.EmptyServerOption{}
-	}
-	return grpc.KeepaliveParams(keepalive.ServerParameters{MaxConnectionAge: age, MaxConnectionAgeGrace: grace})
+// Transport is what one client connection may hold and how long it lives.
+// Every caller, authenticated or not, reaches these limits before any
+// handler runs, so they bound what an unauthenticated client can make the
+// server keep.
+type Transport struct {
+	// MaxConnectionAge closes each connection after about this long
+	// (grpc-go adds up to 10% of jitter), with a GOAWAY that lets its
+	// in-flight requests finish within MaxConnectionAgeGrace. ztunnel
+	// keeps one connection to the CA for as long as it runs: without an
+	// age, a replica added to share the load, or one back from a restart,
+	// gets no ztunnel that connected before it. Zero keeps connections.
+	MaxConnectionAge      time.Duration
+	MaxConnectionAgeGrace time.Duration
+	// MaxConnectionIdle closes a connection that has had no request in
+	// flight for this long (pings do not count). Zero keeps them.
+	MaxConnectionIdle time.Duration
+	// MaxStreams is how many requests one connection may have in flight
+	// (at least 1); see DefaultMaxStreamsPerConnection.
+	MaxStreams int
+	// MaxHeaderListSize bounds the request metadata of one request, as
+	// HTTP/2 counts it (names, values and 32 bytes per field); larger
+	// requests are refused before their handler.
+	MaxHeaderListSize uint32
+	// HandshakeTimeout bounds the TLS handshake of a new connection.
+	HandshakeTimeout time.Duration
 }
 
-// DefaultMaxStreamsPerConnection is how many requests one connection may
-// have in flight (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A client
-// wanting more queues them itself (ztunnel asks for 8 at once; its HTTP/2
-// client waits for a stream). The server's throughput needs only enough
-// requests in flight in all to keep its CPUs busy; every request beyond
-// holds a goroutine and its buffers while it waits, and in a cold start
-// of 5,000 nodes 8 each was 40,000 of them.
-const DefaultMaxStreamsPerConnection = 4
+// Defaults for Transport.
+const (
+	// DefaultMaxStreamsPerConnection is how many requests one connection
+	// may have in flight (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS). A
+	// client wanting more queues them itself (ztunnel asks for 8 at once;
+	// its HTTP/2 client waits for a stream). The server's throughput needs
+	// only enough requests in flight in all to keep its CPUs busy; every
+	// request beyond holds a goroutine and its buffers while it waits, and
+	// in a cold start of 5,000 nodes 8 each was 40,000 of them.
+	DefaultMaxStreamsPerConnection = 4
+	// DefaultMaxHeaderListSize is 16 KiB: a request carries a token of at
+	// most 8 KiB and a few short fields (grpc-go's own default is 16 MiB).
+	DefaultMaxHeaderListSize = 16 << 10
+	// DefaultMaxConnectionIdle closes connections no request has used for
+	// 15 minutes; a node agent renews every few hours and reconnects then.
+	DefaultMaxConnectionIdle = 15 * time.Minute
+	// DefaultHandshakeTimeout is the time a client gets to finish its TLS
+	// handshake (grpc-go's own default is 120 s).
+	DefaultHandshakeTimeout = 10 * time.Second
+	// DefaultMaxConnections bounds the open client connections of one
+	// replica: 16,384 nodes, as many as the signing queue's default holds
+	// requests for at DefaultMaxStreamsPerConnection each (~40 KiB each
+	// when idle, ~640 MiB in all).
+	DefaultMaxConnections = 16384
+)
 
-// MaxStreamsPerConnection returns the server option that bounds the
-// requests in flight on one connection (at least 1).
-func MaxStreamsPerConnection(n int) grpc.ServerOption {
-	return grpc.MaxConcurrentStreams(uint32(max(1, n)))
+// Options returns the server options that apply t.
+func (t Transport) Options() []grpc.ServerOption {
+	opts := []grpc.ServerOption{grpc.MaxConcurrentStreams(uint32(max(1, t.MaxStreams)))}
+	if t.MaxHeaderListSize > 0 {
+		opts = append(opts, grpc.MaxHeaderListSize(t.MaxHeaderListSize))
+	}
+	if t.HandshakeTimeout > 0 {
+		opts = append(opts, grpc.ConnectionTimeout(t.HandshakeTimeout))
+	}
+	kp := keepalive.ServerParameters{MaxConnectionIdle: t.MaxConnectionIdle}
+	if t.MaxConnectionAge > 0 {
+		kp.MaxConnectionAge, kp.MaxConnectionAgeGrace = t.MaxConnectionAge, t.MaxConnectionAgeGrace
+	}
+	return append(opts, grpc.KeepaliveParams(kp))
+}
+
+// LimitConnections returns a listener that holds at most n connections
+// open at once (n <= 0: no limit). A connection beyond waits in the
+// kernel's accept queue until one closes; its client's connect times out
+// and retries as it would against a busy server.
+func LimitConnections(lis net.Listener, n int) net.Listener {
+	if n <= 0 {
+		return lis
+	}
+	return netutil.LimitListener(lis, n)
 }
 
 // NewGRPCServer builds the gRPC server over TLS.

@@ -62,6 +62,7 @@ type envConfig struct {
 	shutdownDelay time.Duration
 	wrapSigner    func(server.Signer) server.Signer
 	service       func(*server.Config)
+	listener      func(net.Listener) net.Listener
 }
 
 type envOption func(*envConfig)
@@ -106,7 +107,11 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	g.ShutdownDelay = cfg.shutdownDelay
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel
-	go func() { e.serveErr = g.Serve(ctx, countingListener{e.lis, &e.accepted}); close(e.served) }()
+	var lis net.Listener = countingListener{e.lis, &e.accepted}
+	if cfg.listener != nil {
+		lis = cfg.listener(lis)
+	}
+	go func() { e.serveErr = g.Serve(ctx, lis); close(e.served) }()
 	t.Cleanup(func() {
 		cancel()
 		<-e.served
@@ -542,7 +547,7 @@ func TestCallerGoneDuringReview(t *testing.T) {
 // another replica), and none of its requests fails for it.
 func TestConnectionAge(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
-		c.opts = append(c.opts, server.ConnectionAge(200*time.Millisecond, time.Second))
+		c.opts = append(c.opts, server.Transport{MaxConnectionAge: 200 * time.Millisecond, MaxConnectionAgeGrace: time.Second}.Options()...)
 	})
 	c := e.client(t)
 	web := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")

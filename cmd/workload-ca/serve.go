@@ -63,6 +63,9 @@ type serveConfig struct {
 	MaxQueued          int
 	MaxQueuedPerNode   int
 	MaxStreams         int
+	MaxConnIdle        time.Duration
+	MaxConns           int
+	MaxHeaderBytes     int
 	AdminAddr          string
 	Pprof              bool
 	AuditLog           string
@@ -124,6 +127,9 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxStreams, "max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "requests one client connection may have in flight (HTTP/2 concurrent streams); a client wanting more queues them itself")
+	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
+	fs.IntVar(&c.MaxConns, "max-connections", server.DefaultMaxConnections, "client connections open at once; a connection beyond waits to be accepted until one closes")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderListSize, "request metadata of one request, as HTTP/2 counts it; a larger request is refused before any check")
 	fs.IntVar(&c.MaxQueuedPerNode, "max-queued-per-node", server.DefaultMaxQueuedPerNode, "requests from one node (its node agent and pods) that may wait for a signing slot, so that no node takes the queue")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
@@ -251,8 +257,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		float64(c.Lease.renew) <= leaderelection.JitterFactor*float64(c.Lease.retry) || c.Lease.lease <= c.Lease.renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > 1.2 × retry period > 0"))
 	}
-	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 {
-		errs = append(errs, errors.New("--grace-period must be positive, --shutdown-delay and --max-connection-age not negative"))
+	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 || c.MaxConnIdle < 0 {
+		errs = append(errs, errors.New("--grace-period must be positive, --shutdown-delay, --max-connection-age and --max-connection-idle not negative"))
+	}
+	if c.MaxConns <= 0 || c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
+		errs = append(errs, errors.New("--max-connections must be positive, --max-header-bytes within 1 KiB and 1 MiB"))
 	}
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))

@@ -435,12 +435,17 @@ func (a *app) buildServer(ctx context.Context) error {
 	if a.lis, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
 		return err
 	}
+	a.lis = server.LimitConnections(a.lis, a.cfg.MaxConns)
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
+	transport := server.Transport{
+		MaxConnectionAge: a.cfg.MaxConnAge, MaxConnectionAgeGrace: a.cfg.GracePeriod,
+		MaxConnectionIdle: a.cfg.MaxConnIdle, MaxStreams: a.cfg.MaxStreams,
+		MaxHeaderListSize: uint32(a.cfg.MaxHeaderBytes), HandshakeTimeout: server.DefaultHandshakeTimeout,
+	}
 	a.grpc = server.NewGRPCServer(a.svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
-		grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
-			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))),
-		server.ConnectionAge(a.cfg.MaxConnAge, a.cfg.GracePeriod), server.MaxStreamsPerConnection(a.cfg.MaxStreams))
+		append(transport.Options(), grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
+			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))))...)
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil
