@@ -137,6 +137,40 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 		{"a bundle without a signer", func(ctx context.Context) error { return createBundle(ctx, ca, "wca-unsigned", "", root) },
 			"only ClusterTrustBundles of its signers"},
 	})
+	checkOwnDeletes(t, s, ca, rel, root)
+}
+
+// checkOwnDeletes: the chart's RBAC lets the CA delete any
+// ClusterTrustBundle (delete cannot be limited by signer in RBAC); the
+// policy keeps it to bundles of its own signers.
+func checkOwnDeletes(t *testing.T, s *suite, ca kubernetes.Interface, rel chartRelease, root string) {
+	t.Helper()
+	const otherSigner = "example.com/other"
+	foreign := signerBundleName(otherSigner) + "-delete"
+	own := signerBundleName(rel.signer) + "-delete"
+	admin := s.cp.Client()
+	b := &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: foreign},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: otherSigner, TrustBundle: root}}
+	if _, err := admin.CertificatesV1().ClusterTrustBundles().Create(t.Context(), b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	b = &certificatesv1.ClusterTrustBundle{ObjectMeta: metav1.ObjectMeta{Name: own},
+		Spec: certificatesv1.ClusterTrustBundleSpec{SignerName: rel.signer, TrustBundle: root}}
+	if _, err := ca.CertificatesV1().ClusterTrustBundles().Create(t.Context(), b, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), foreign, metav1.DeleteOptions{})
+		_ = admin.CertificatesV1().ClusterTrustBundles().Delete(context.Background(), own, metav1.DeleteOptions{})
+	})
+	bundles := ca.CertificatesV1().ClusterTrustBundles()
+	if err := bundles.Delete(t.Context(), foreign, dryDelete); !refusedBy(err, "only ClusterTrustBundles of its signers") {
+		t.Errorf("the CA deleting another signer's bundle: %v, want Forbidden by the policy", err)
+	}
+	// The CA's own publisher may have removed a bundle it does not know.
+	if err := bundles.Delete(t.Context(), own, dryDelete); err != nil && !apierrors.IsNotFound(err) {
+		t.Errorf("the CA deleting a bundle of its signer: %v, want allowed", err)
+	}
 }
 
 // checkExclusive shows that, with admissionPolicy.exclusive, another
