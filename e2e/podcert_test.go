@@ -13,6 +13,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"go.step.sm/crypto/pemutil"
 	certv1 "k8s.io/api/certificates/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/utils/ptr"
@@ -37,23 +38,46 @@ func TestPodCertificates(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pcrs := f.s.cp.Client().CertificatesV1().PodCertificateRequests(f.ns)
-	pcr, err := pcrs.Create(t.Context(), &certv1.PodCertificateRequest{
-		ObjectMeta: metav1.ObjectMeta{Name: "web-0-certs"},
-		Spec: certv1.PodCertificateRequestSpec{SignerName: f.signer, PodName: "web-0", PodUID: "uid-web-0",
-			ServiceAccountName: "web", ServiceAccountUID: "uid-web", NodeName: "node-a", NodeUID: "uid-node-a",
-			MaxExpirationSeconds: ptr.To[int32](86400), StubPKCS10Request: stub},
-	}, metav1.CreateOptions{})
+	cp := f.s.cp
+	web, err := cp.CreateServiceAccount(t.Context(), f.ns, "web")
 	if err != nil {
 		t.Fatal(err)
 	}
-	err = pollUntil(t, lcWait, func() (bool, error) {
-		pcr, err = pcrs.Get(t.Context(), pcr.Name, metav1.GetOptions{})
-		return err == nil && len(pcr.Status.Conditions) > 0, err
-	})
+	admin, err := cp.CreateServiceAccount(t.Context(), f.ns, "admin")
 	if err != nil {
-		t.Fatalf("the request was not decided: %v", err)
+		t.Fatal(err)
 	}
+	pod, err := cp.CreatePod(t.Context(), f.ns, "web-0", "web", "node-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcrs := cp.Client().CertificatesV1().PodCertificateRequests(f.ns)
+	request := func(name string, sa *corev1.ServiceAccount) *certv1.PodCertificateRequest {
+		t.Helper()
+		pcr, err := pcrs.Create(t.Context(), &certv1.PodCertificateRequest{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: certv1.PodCertificateRequestSpec{SignerName: f.signer, PodName: pod.Name, PodUID: pod.UID,
+				ServiceAccountName: sa.Name, ServiceAccountUID: sa.UID, NodeName: "node-a", NodeUID: "uid-node-a",
+				MaxExpirationSeconds: ptr.To[int32](86400), StubPKCS10Request: stub},
+		}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pollUntil(t, lcWait, func() (bool, error) {
+			pcr, err = pcrs.Get(t.Context(), name, metav1.GetOptions{})
+			return err == nil && len(pcr.Status.Conditions) > 0, err
+		})
+		if err != nil {
+			t.Fatalf("request %s was not decided: %v", name, err)
+		}
+		return pcr
+	}
+	// Whoever may create requests may name any service account of the
+	// namespace; the CA holds the request to what the pod runs as.
+	if c := request("web-0-as-admin", admin).Status.Conditions[0]; c.Type != certv1.PodCertificateRequestConditionTypeDenied || c.Reason != "PodMismatch" {
+		t.Errorf("a request naming a service account the pod does not run as: %s %s: %s; want Denied PodMismatch", c.Type, c.Reason, c.Message)
+	}
+	pcr := request("web-0-certs", web)
 	if c := pcr.Status.Conditions[0]; c.Type != certv1.PodCertificateRequestConditionTypeIssued {
 		t.Fatalf("condition %s %s: %s; want Issued", c.Type, c.Reason, c.Message)
 	}

@@ -19,6 +19,9 @@ const (
 	ReasonUnsupportedKeyType     = certv1.PodCertificateRequestConditionUnsupportedKeyType
 	ReasonInvalidUserAnnotations = certv1.PodCertificateRequestConditionInvalidUserConfig
 	ReasonInvalidRequest         = "InvalidRequest"
+	// ReasonPodMismatch: the pod, node or service account the request
+	// names is not what the cluster runs.
+	ReasonPodMismatch = "PodMismatch"
 )
 
 // supportedKeyTypes is what a denial for an unsupported key suggests, in
@@ -44,9 +47,9 @@ func deny(reason, format string, args ...any) decision {
 // of the pod's service account, spiffe://<td>/ns/<namespace>/sa/<name>,
 // for the key of the stub CSR, valid for maxExpirationSeconds (at least the
 // hour Kubernetes requires) or the CA's longest lifetime if shorter.
-// The API server has checked that the pod, its service account and its
-// node are real and bound together, and verified the CSR's signature;
-// decide checks the CSR again anyway (ca.ParseCSR). It denies requests
+// The API server verified the CSR's signature; decide checks the CSR
+// again anyway (ca.ParseCSR), and the controller checks the pod, node and
+// service account against its indexes (checkRequester). It denies requests
 // with user annotations (it understands none, and Kubernetes asks signers
 // to refuse what they do not understand) and keys the CA does not issue
 // to.

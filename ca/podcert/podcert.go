@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
 
+	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
 )
@@ -69,6 +70,23 @@ type Config struct {
 	// decision waits for one status update, so with one worker the rate
 	// is one request per API round trip.
 	Workers int
+	// Pods and Accounts, when set, are checked against what a request
+	// says: its pod is live, of that UID, in its namespace, running as its
+	// service account on its node, and the service account has its UID.
+	// Whoever may create PodCertificateRequests can write any of those
+	// fields; the indexes show what the cluster runs.
+	Pods     Pods
+	Accounts Accounts
+}
+
+// Pods tells where a live pod runs; *podindex.Index is one.
+type Pods interface {
+	Pod(ctx context.Context, namespace, name, uid string) (info authz.PodInfo, found bool, err error)
+}
+
+// Accounts tells which UID a service account has; *saindex.Index is one.
+type Accounts interface {
+	ServiceAccount(namespace, name string) (uid string, deletion time.Time, ok bool)
 }
 
 // Controller signs the PodCertificateRequests of one signer name.
@@ -160,6 +178,13 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		return nil
 	}
 	d := decide(pcr, c.cfg.TrustDomain)
+	if d.reason == "" {
+		var err error
+		if d, err = c.checkRequester(ctx, pcr, d); err != nil {
+			c.cfg.Observer.PodCertificate(ResultFailed)
+			return fmt.Errorf("PodCertificateRequest %s: %w", key, err) // retried with backoff
+		}
+	}
 	if d.reason != "" {
 		return c.finish(ctx, pcr, d, nil)
 	}
@@ -186,6 +211,38 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 			key, issued.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
 	return c.finish(ctx, pcr, d, issued)
+}
+
+// checkRequester holds a request to what the cluster runs (see
+// Config.Pods): a mismatch is a denial; an index that cannot tell yet (the
+// API unreachable, a service account not seen yet) is an error, retried.
+func (c *Controller) checkRequester(ctx context.Context, pcr *certv1.PodCertificateRequest, d decision) (decision, error) {
+	spec := pcr.Spec
+	if c.cfg.Pods != nil {
+		pod, found, err := c.cfg.Pods.Pod(ctx, pcr.Namespace, spec.PodName, string(spec.PodUID))
+		switch {
+		case err != nil:
+			return d, fmt.Errorf("checking pod %s/%s: %w", pcr.Namespace, spec.PodName, err)
+		case !found:
+			return deny(ReasonPodMismatch, "no live pod %s/%s with uid %s", pcr.Namespace, spec.PodName, spec.PodUID), nil
+		case pod.ServiceAccount != spec.ServiceAccountName:
+			return deny(ReasonPodMismatch, "pod %s/%s runs as service account %s, not %s", pcr.Namespace, spec.PodName, pod.ServiceAccount, spec.ServiceAccountName), nil
+		case pod.NodeName != string(spec.NodeName):
+			return deny(ReasonPodMismatch, "pod %s/%s runs on node %s, not %s", pcr.Namespace, spec.PodName, pod.NodeName, spec.NodeName), nil
+		case authz.DeletedLongAgo(pod.Deletion, c.cfg.Clock.Now()):
+			return deny(ReasonPodMismatch, "pod %s/%s has been terminating since %s", pcr.Namespace, spec.PodName, pod.Deletion.UTC().Format(time.RFC3339)), nil
+		}
+	}
+	if c.cfg.Accounts != nil {
+		uid, _, ok := c.cfg.Accounts.ServiceAccount(pcr.Namespace, spec.ServiceAccountName)
+		switch {
+		case !ok:
+			return d, fmt.Errorf("service account %s/%s is not in the index (yet)", pcr.Namespace, spec.ServiceAccountName)
+		case uid != string(spec.ServiceAccountUID):
+			return deny(ReasonPodMismatch, "service account %s/%s has uid %s, not %s", pcr.Namespace, spec.ServiceAccountName, uid, spec.ServiceAccountUID), nil
+		}
+	}
+	return d, nil
 }
 
 // decided reports whether the request has its terminal condition.

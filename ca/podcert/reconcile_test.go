@@ -19,6 +19,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	testingclock "k8s.io/utils/clock/testing"
 
+	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/authz/authztest"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
@@ -44,6 +46,19 @@ func (s shortSigner) SigningCert() *x509.Certificate { return s.cert }
 // errAny stands for any error in a test table.
 var errAny = errors.New("any error")
 
+// accountMap is Accounts over namespace/name -> uid.
+type accountMap map[string]string
+
+func (a accountMap) ServiceAccount(ns, name string) (string, time.Time, bool) {
+	uid, ok := a[ns+"/"+name]
+	return uid, time.Time{}, ok
+}
+
+func withSpec(p *certv1.PodCertificateRequest, edit func(*certv1.PodCertificateRequestSpec)) *certv1.PodCertificateRequest {
+	edit(&p.Spec)
+	return p
+}
+
 type countingObserver map[string]int
 
 func (o countingObserver) PodCertificate(result string) { o[result]++ }
@@ -66,6 +81,10 @@ func TestReconcile(t *testing.T) {
 		t.Fatal(err)
 	}
 	boom := errors.New("CA not ready")
+	pods := &authztest.Pods{}
+	pods.Add("apps", "web-pod", authz.PodInfo{UID: "uid-pod-web", NodeName: "node-a", ServiceAccount: "web-sa"})
+	pods.Add("apps", "old-pod", authz.PodInfo{UID: "uid-pod-old", NodeName: "node-a", ServiceAccount: "web-sa", Deletion: now.Add(-61 * time.Second)})
+	accounts := accountMap{"apps/web-sa": "uid-sa-web-sa", "apps/admin": "uid-sa-admin"}
 	issued := newPCR(t, "apps", "done", "web-sa", testSigner, key, 3600)
 	issued.Status.Conditions = []metav1.Condition{{Type: certv1.PodCertificateRequestConditionTypeIssued, Status: metav1.ConditionTrue}}
 
@@ -79,6 +98,8 @@ func TestReconcile(t *testing.T) {
 		wantAudit  string
 		wantValid  time.Duration // of an issued certificate, if set
 		wantFailed int           // failed attempts counted
+		pods       Pods
+		accounts   Accounts
 	}{
 		{name: "issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(root, 0),
 			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
@@ -106,6 +127,36 @@ func TestReconcile(t *testing.T) {
 		}),
 			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonInvalidUserAnnotations, wantAudit: "pod certificate refused"},
 		{name: "already decided: left alone", pcr: issued, signer: authority(root, 0)},
+		// What a request names is what the cluster runs, or it is denied
+		// (whoever may create requests may write any of these fields).
+		{name: "pod, node and service account as the indexes show: issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
+		{name: "a service account the pod does not run as: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			func(s *certv1.PodCertificateRequestSpec) { s.ServiceAccountName, s.ServiceAccountUID = "admin", "uid-sa-admin" }),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+		{name: "no such pod: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			func(s *certv1.PodCertificateRequestSpec) { s.PodUID = "uid-invented" }),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+		{name: "the pod runs on another node: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			func(s *certv1.PodCertificateRequestSpec) { s.NodeName = "node-b" }),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+		{name: "the pod terminating for over a minute: denied", pcr: newPCR(t, "apps", "old", "web-sa", testSigner, key, 3600),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+		{name: "the service account created again (another uid): denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			func(s *certv1.PodCertificateRequestSpec) { s.ServiceAccountUID = "uid-sa-before" }),
+			signer: authority(root, 0), pods: pods, accounts: accounts,
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+		{name: "the pod index cannot tell: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			signer: authority(root, 0), pods: &authztest.Pods{Err: authz.ErrUnavailable}, accounts: accounts,
+			wantErr: authz.ErrUnavailable, wantFailed: 1},
+		{name: "the service account not indexed yet: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
+			signer: authority(root, 0), pods: pods, accounts: accountMap{},
+			wantErr: errAny, wantFailed: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -113,7 +164,8 @@ func TestReconcile(t *testing.T) {
 			var audit bytes.Buffer
 			obs := countingObserver{}
 			c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: tt.signer,
-				Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now)})
+				Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now),
+				Pods: tt.pods, Accounts: tt.accounts})
 			if err != nil {
 				t.Fatal(err)
 			}

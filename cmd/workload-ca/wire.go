@@ -133,7 +133,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.signPodCertificates, a.buildServer, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.buildServer, a.signPodCertificates, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -362,7 +362,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	}
 	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
 		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
-		Workers: a.cfg.PodCertWorkers})
+		Workers: a.cfg.PodCertWorkers, Pods: a.pods, Accounts: a.accounts})
 	if err != nil {
 		return err
 	}
