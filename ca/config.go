@@ -12,9 +12,16 @@ import (
 )
 
 // Defaults applied by New to zero Config fields.
+//
+// DefaultMaxTTL bounds how long a stolen certificate stays usable: SVIDs
+// have no revocation, so a certificate is good until it expires whatever
+// happens to its pod, token or service account. ztunnel and istio-agent
+// ask for 24 hours and renew at half of it; a longer cap buys them
+// nothing, and a request for more (SECRET_TTL, a PodCertificateRequest's
+// maxExpirationSeconds up to 91 days) is clamped to it.
 const (
 	DefaultTTL      = 24 * time.Hour
-	DefaultMaxTTL   = 90 * 24 * time.Hour
+	DefaultMaxTTL   = 24 * time.Hour
 	DefaultBackdate = 2 * time.Minute
 )
 

@@ -125,8 +125,8 @@ func TestSignValidity(t *testing.T) {
 		{"zero TTL gets the default", 0, longCA, now.Add(-2 * time.Minute), now.Add(24 * time.Hour)},
 		{"negative TTL gets the default", -time.Hour, longCA, now.Add(-2 * time.Minute), now.Add(24 * time.Hour)},
 		{"TTL under the max is kept", time.Hour, longCA, now.Add(-2 * time.Minute), now.Add(time.Hour)},
-		{"TTL equal to the max is kept", 90 * 24 * time.Hour, longCA, now.Add(-2 * time.Minute), now.Add(90 * 24 * time.Hour)},
-		{"TTL over the max is clamped, not refused", 100 * 24 * time.Hour, longCA, now.Add(-2 * time.Minute), now.Add(90 * 24 * time.Hour)},
+		{"TTL equal to the max is kept", ca.DefaultMaxTTL, longCA, now.Add(-2 * time.Minute), now.Add(ca.DefaultMaxTTL)},
+		{"TTL over the max is clamped, not refused", 90 * 24 * time.Hour, longCA, now.Add(-2 * time.Minute), now.Add(ca.DefaultMaxTTL)},
 		{"NotAfter capped at the issuer's", 24 * time.Hour, testca.Validity(now.Add(-time.Hour), now.Add(3*time.Hour)), now.Add(-2 * time.Minute), now.Add(3 * time.Hour)},
 		{"NotBefore not before the issuer's", 24 * time.Hour, testca.Validity(now.Add(-30*time.Second), now.Add(48*time.Hour)), now.Add(-30 * time.Second), now.Add(24 * time.Hour)},
 	}

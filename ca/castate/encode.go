@@ -45,7 +45,7 @@ type stateJSON struct {
 type authorityJSON struct {
 	Status        Status `json:"status"`
 	Certificate   string `json:"certificate"`
-	PrivateKey    string `json:"privateKey"`
+	PrivateKey    string `json:"privateKey,omitempty"`
 	PreparedAt    string `json:"preparedAt,omitempty"`
 	ActivatedAt   string `json:"activatedAt,omitempty"`
 	RetiringSince string `json:"retiringSince,omitempty"`
@@ -67,16 +67,20 @@ func encode(s State) (map[string][]byte, error) {
 	out := stateJSON{Version: formatVersion, Kind: s.Kind, Authorities: make([]authorityJSON, len(s.Authorities))}
 	var bundle bytes.Buffer
 	for i, a := range s.Authorities {
-		key, err := pemutil.Serialize(a.Key, pemutil.WithPKCS8(true))
-		if err != nil {
-			return nil, fmt.Errorf("%w: authority %d: encoding the key: %w", ErrInvalidState, i, err)
+		var keyPEM string
+		if a.Status != StatusRetiring { // a retiring authority's key is never written
+			key, err := pemutil.Serialize(a.Key, pemutil.WithPKCS8(true))
+			if err != nil {
+				return nil, fmt.Errorf("%w: authority %d: encoding the key: %w", ErrInvalidState, i, err)
+			}
+			keyPEM = string(pem.EncodeToMemory(key))
 		}
 		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Cert.Raw})
 		bundle.Write(cert)
 		out.Authorities[i] = authorityJSON{
 			Status:        a.Status,
 			Certificate:   string(cert),
-			PrivateKey:    string(pem.EncodeToMemory(key)),
+			PrivateKey:    keyPEM,
 			PreparedAt:    formatTime(a.PreparedAt),
 			ActivatedAt:   formatTime(a.ActivatedAt),
 			RetiringSince: formatTime(a.RetiringSince),
@@ -146,8 +150,12 @@ func (a authorityJSON) decode() (Authority, error) {
 	if out.Cert, err = parseCert(a.Certificate); err != nil {
 		return out, err
 	}
-	if out.Key, err = parseKey(a.PrivateKey); err != nil {
-		return out, err
+	// A retiring authority has no key; one written before keys were
+	// dropped is not read, and goes with the next write.
+	if a.Status != StatusRetiring {
+		if out.Key, err = parseKey(a.PrivateKey); err != nil {
+			return out, err
+		}
 	}
 	times := []struct {
 		name string

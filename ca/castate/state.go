@@ -62,7 +62,11 @@ const (
 // Authority is one CA certificate and its key: a self-signed root or an
 // intermediate, as the State's Kind says.
 type Authority struct {
-	Cert   *x509.Certificate
+	Cert *x509.Certificate
+	// Key signs while the authority is prepared or active. A retiring
+	// authority never signs again: its key is dropped when it starts
+	// retiring and never written, so that the Secret holds no key that
+	// could still sign certificates peers accept.
 	Key    crypto.Signer
 	Status Status
 	// PreparedAt is when the authority entered the bundle; ActivatedAt
@@ -110,6 +114,13 @@ func (s State) Validate() error {
 		return invalid("%d prepared authorities, want at most 1", count[StatusPrepared])
 	}
 	return nil
+}
+
+// Retired returns a copy of a without its key, as it is kept once it
+// starts retiring.
+func (a Authority) Retired() Authority {
+	a.Key = nil
+	return a
 }
 
 // ValidateUnder is Validate, and checks that s fits roots, the trust
@@ -210,7 +221,7 @@ func (s State) Phase() string {
 
 // validate checks one authority of a state of kind k on its own.
 func (a Authority) validate(k Kind) error {
-	if a.Cert == nil || a.Key == nil {
+	if a.Cert == nil || (a.Key == nil && a.Status != StatusRetiring) {
 		return errors.New("missing certificate or key")
 	}
 	c := a.Cert
@@ -223,7 +234,7 @@ func (a Authority) validate(k Kind) error {
 		return fmt.Errorf("%s is not self-signed", describe(c))
 	case k == KindIntermediates && selfSigned:
 		return fmt.Errorf("%s is self-signed, want an intermediate", describe(c))
-	case !keyutil.Equal(c.PublicKey, a.Key.Public()):
+	case a.Key != nil && !keyutil.Equal(c.PublicKey, a.Key.Public()):
 		return fmt.Errorf("key does not match certificate %s", describe(c))
 	}
 	return a.validateTimes()

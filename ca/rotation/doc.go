@@ -24,11 +24,10 @@
 //   - CATTL 2 years. A rotation that happens once a decade (Istio's
 //     10-year self-signed root) is never exercised and fails when it
 //     finally comes; SPIRE rotates daily, which needs a bundle every
-//     verifier re-reads daily. Two years is the shortest round lifetime in
-//     which the SPIRE fractions hold with the CA's 90-day leaf cap:
-//     (1 − 5/6) × 730 days ≈ 122 days ≥ 90 days, so the old root hands over
-//     at 5/6 of its life and still outlives every leaf it signed. Roots
-//     rotate every ~20 months.
+//     verifier re-reads daily. With the SPIRE fractions the old root hands
+//     over at 5/6 of its life, (1 − 5/6) × 730 days ≈ 122 days before it
+//     ends: it outlives every leaf it signed for any --max-ttl up to that
+//     (the default is 24 hours). Roots rotate every ~20 months.
 //   - PrepareAt 1/2, ActivateAt 5/6, as SPIRE: a new root spends a third
 //     of a root's life (~243 days) in the bundle before it signs.
 //   - PropagationDelay 24 hours, the floor for when a root is prepared
@@ -37,7 +36,7 @@
 //     istio-agent take the roots from the CA's own responses, and renew at
 //     half their certificate's life: 12 hours for the default 24-hour
 //     leaf; doubled for margin. Raise it with the CA's default TTL.
-//   - LeafMaxTTL 90 days, ca.DefaultMaxTTL: it must be at least the CA's
+//   - LeafMaxTTL 24 hours, ca.DefaultMaxTTL: it must be at least the CA's
 //     MaxTTL, or leaves could outlive their root's place in the bundle.
 //   - SkewMargin 1 hour, for clock skew between hosts and replicas that
 //     switch signer a little after the Secret changes.

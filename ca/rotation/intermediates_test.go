@@ -65,6 +65,7 @@ func interState(as ...castate.Authority) castate.State {
 // The active intermediate A lives from t0 to t0+730d under a 10-year root.
 func TestPlanIntermediates(t *testing.T) {
 	p := rotation.DefaultPolicy()
+	p.LeafMaxTTL = 90 * day // the arithmetic below is in 90-day leaves
 	d := func(days float64) time.Time { return t0.Add(time.Duration(days * float64(day))) }
 	pr := pluginRoot(t, d(-1), d(3650))
 	a := inter(t, pr, t0, d(730), active, t0)
@@ -147,6 +148,7 @@ func TestApplyIntermediates(t *testing.T) {
 // intermediates from that root.
 func interHarness(t *testing.T) (*harness, *testca.CA) {
 	p := rotation.DefaultPolicy()
+	p.LeafMaxTTL = 90 * day // the arithmetic below is in 90-day leaves
 	pr := pluginRoot(t, t0.Add(-day), t0.Add(3650*day))
 	h := &harness{t: t, clk: testingclock.NewFakeClock(t0), policy: p, gen: intermediateGenerator(pr, p.CATTL)}
 	first, err := h.gen(t0)

@@ -19,6 +19,7 @@ import (
 // The active intermediate A of the old root lives from t0 to t0+730d.
 func TestPlanUnderNewIssuer(t *testing.T) {
 	p := rotation.DefaultPolicy()
+	p.LeafMaxTTL = 90 * day // the arithmetic below is in 90-day leaves
 	d := func(days float64) time.Time { return t0.Add(time.Duration(days * float64(day))) }
 	oldRoot, newRoot := pluginRoot(t, d(-1), d(3650)), pluginRoot(t, d(-1), d(3650))
 	a := inter(t, oldRoot, t0, d(730), active, t0)

@@ -83,6 +83,11 @@ func checkStep(t *testing.T, p rotation.Policy, before, after castate.State, ste
 	if n := len(after.Authorities); n > 3 {
 		t.Errorf("%v: %d roots in the bundle", now, n)
 	}
+	for _, a := range after.Authorities {
+		if a.Status == retiring && a.Key != nil {
+			t.Errorf("%v: after %s a retiring root still holds its key", now, step)
+		}
+	}
 	switch step {
 	case rotation.StepActivate:
 		old, cur := before.Active(), after.Active()

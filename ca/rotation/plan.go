@@ -177,10 +177,12 @@ func apply(s castate.State, step Step, now time.Time, m *ca.Material) (castate.S
 		})
 	case step == StepActivate && prep >= 0:
 		if cur := slices.IndexFunc(auths, hasStatus(castate.StatusActive)); cur >= 0 {
+			auths[cur] = auths[cur].Retired()
 			auths[cur].Status, auths[cur].RetiringSince = castate.StatusRetiring, now
 		}
 		auths[prep].Status, auths[prep].ActivatedAt = castate.StatusActive, now
 	case step == StepRetireStart && prep >= 0:
+		auths[prep] = auths[prep].Retired()
 		auths[prep].Status, auths[prep].RetiringSince = castate.StatusRetiring, now
 	case step == StepRemove && old >= 0:
 		out.Authorities = slices.Delete(auths, old, old+1)

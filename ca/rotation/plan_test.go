@@ -15,11 +15,13 @@ const (
 	retiring = castate.StatusRetiring
 )
 
-// TestPlan runs the default policy (CA 730 days, prepare at 1/2, activate
-// at 5/6, propagation 24h, leaves 90 days, margin 1h) over the life cycle
-// and its edge cases. The active root A lives from t0 to t0+730d.
+// TestPlan runs the default policy with 90-day leaves (CA 730 days,
+// prepare at 1/2, activate at 5/6, propagation 24h, margin 1h: leaves as
+// long as a root's last sixth leave it no room) over the life cycle and
+// its edge cases. The active root A lives from t0 to t0+730d.
 func TestPlan(t *testing.T) {
 	p := rotation.DefaultPolicy()
+	p.LeafMaxTTL = 90 * day
 	d := func(days float64) time.Time { return t0.Add(time.Duration(days * float64(day))) }
 	a := root(t, t0, d(730), active, t0)
 	// next is a root prepared at day n, valid from an hour before for 730 days.

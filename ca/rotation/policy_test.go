@@ -30,7 +30,7 @@ func TestPolicyValidate(t *testing.T) {
 		ok   bool
 	}{
 		{"exactly enough room", rotation.Policy{CATTL: 200 * day, LeafMaxTTL: 99 * day, PropagationDelay: day}, true},
-		{"CA too short for its leaves", rotation.Policy{CATTL: 180 * day}, false},
+		{"CA too short for its leaves", rotation.Policy{CATTL: 180 * day, LeafMaxTTL: 90 * day}, false},
 		{"CA shorter than a leaf", rotation.Policy{CATTL: 30 * day, LeafMaxTTL: 31 * day}, false},
 		{"prepare after activate", rotation.Policy{PrepareAt: 0.9, ActivateAt: 0.8}, false},
 		{"activate at the end", rotation.Policy{ActivateAt: 1}, false},

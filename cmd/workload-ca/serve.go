@@ -17,6 +17,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
+	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/trustbundle"
@@ -106,7 +107,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
-	fs.DurationVar(&c.MaxTTL, "max-ttl", 90*24*time.Hour, "longest certificate lifetime; longer requests are clamped")
+	fs.DurationVar(&c.MaxTTL, "max-ttl", ca.DefaultMaxTTL, "longest certificate lifetime; longer requests are clamped. Certificates cannot be revoked: this is how long a stolen one stays usable")
 	fs.Var(&dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
 	fs.DurationVar(&c.ServingTTL, "serving-ttl", 24*time.Hour, "lifetime of the serving certificate; renewed after two thirds")
 	fs.StringVar(&tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
