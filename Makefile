@@ -30,7 +30,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image
+.PHONY: vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -93,7 +93,7 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 		done; \
 	done
 
-lint: tools ## golangci-lint, buf lint, go vet.
+lint: tools vuln ## golangci-lint, buf lint, go vet, govulncheck.
 	$(GO) vet ./...
 	$(BIN)/golangci-lint run ./...
 	cd proto && $(BIN)/buf lint
@@ -134,6 +134,24 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 
 # promtool and prometheus check the CA's /metrics in the e2e suite: Debian's
 # prometheus package (2.42), installed when either binary is missing.
+# govulncheck reads the Go vulnerability database offline: the OSV files
+# of the golang.org/x/vulndb module pinned in tools/vuln/go.mod, indexed
+# by its own indexdb and cached by that version. vulngate fails on a
+# vulnerable function the code calls in a module go.mod can upgrade, and
+# lists those of the standard library (fixed by the Go release the
+# machine builds with).
+VULNDB_VERSION := $(shell awk '$$1 == "golang.org/x/vulndb" {print $$2}' tools/vuln/go.mod)
+VULNDB_DIR     := $(CURDIR)/.vulndb/$(VULNDB_VERSION)
+$(BIN)/govulncheck $(BIN)/indexdb: tools/vuln/go.mod tools/vuln/go.sum
+	cd tools/vuln && $(GO) build -o $(BIN)/ golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb
+	touch $(BIN)/govulncheck $(BIN)/indexdb
+$(VULNDB_DIR)/index/db.json: $(BIN)/indexdb
+	rm -rf $(VULNDB_DIR).tmp
+	$(BIN)/indexdb -vulns "$$(cd tools/vuln && $(GO) mod download -json golang.org/x/vulndb | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/data/osv" -out $(VULNDB_DIR).tmp
+	rm -rf $(VULNDB_DIR) && mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
+vuln: $(BIN)/govulncheck $(VULNDB_DIR)/index/db.json ## Known vulnerabilities the code calls (offline database).
+	$(BIN)/govulncheck -db file://$(VULNDB_DIR) -format json ./... | (cd tools/vuln && $(GO) run ./vulngate)
+
 prometheus-tools: ## Install promtool and prometheus (Debian package) when missing.
 	command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
 		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
