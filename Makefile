@@ -54,7 +54,7 @@ image: ## Build the container image (no Docker needed): bin/image (OCI layout), 
 		--layout $(BIN)/image $(if $(filter $(HOST_PLATFORM),$(IMAGE_PLATFORMS)),--tarball $(BIN)/workload-ca-image.tar --tarball-platform $(HOST_PLATFORM) --tag workload-ca:$(VERSION)) \
 		$(if $(PUSH),--push $(PUSH))
 
-test: lint generate-check chart-lint unit e2e ## Everything CI runs.
+test: lint generate-check chart-lint unit fuzz-smoke e2e ## Everything CI runs.
 
 # Without the cloud KMS SDKs (cmd/workload-ca/kms_cloud.go): no unit test
 # opens a cloud key, and they would be compiled once more, with -race.
@@ -85,6 +85,10 @@ bench-scale: build controlplane ## The 5,000-node cold-start storm: writes bench
 	mkdir -p $(WORK)
 	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) GO=$(GO) \
 		$(GO) run ./e2e/bench --out $(CURDIR)/bench-results.json --storm-only --storm-ztunnels 5000 --storm-identities 30 $(BENCH_FLAGS)
+
+# In make test every parser is fuzzed briefly beyond its seed corpus.
+fuzz-smoke: ## Run each fuzz target for 3s.
+	$(MAKE) --no-print-directory fuzz FUZZTIME=3s
 
 fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 	for t in $$(grep -rl --include='*_test.go' '^func Fuzz' . | grep -v '^./e2e/tools' | xargs -n1 dirname | sort -u); do \

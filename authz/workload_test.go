@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 func TestWorkload(t *testing.T) {
@@ -35,4 +36,30 @@ func TestWorkload(t *testing.T) {
 			t.Errorf("workload(%s) = %q, %q, %v; want %q, %q", id, ns, sa, err, tc.ns, tc.sa)
 		}
 	}
+}
+
+// FuzzWorkload: an identity is read as a workload only when it is exactly
+// spiffe://<td>/ns/<namespace>/sa/<service account> with names Kubernetes
+// can hold, and the names read back build the same identity.
+func FuzzWorkload(f *testing.F) {
+	for _, p := range []string{"/ns/demo/sa/web", "/ns/a.b/sa/c", "/ns/x/sa/Y", "/ns//sa/x", "/ns/x/sa/y/z", "/ns/x/sa/y.z-1"} {
+		f.Add(p)
+	}
+	td := spiffeid.RequireTrustDomainFromString("cluster.local")
+	f.Fuzz(func(t *testing.T, path string) {
+		id, err := spiffeid.FromPath(td, path)
+		if err != nil {
+			return
+		}
+		ns, sa, err := workload(id)
+		if err != nil {
+			return
+		}
+		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(sa)) > 0 {
+			t.Fatalf("workload(%s) = %q, %q: names Kubernetes cannot hold", id, ns, sa)
+		}
+		if back, err := spiffeid.FromSegments(td, "ns", ns, "sa", sa); err != nil || back != id {
+			t.Fatalf("workload(%s) = %q, %q, which build %v, %v", id, ns, sa, back, err)
+		}
+	})
 }
