@@ -26,7 +26,7 @@ func TestLifecycleLeaseHeldThroughTokenStorm(t *testing.T) {
 	const storm = 8
 	f := newLCFixture(t, "storm")
 	tokens := f.ztunnels(t, storm)
-	ca := f.start(t, "--kube-api-qps", "1", "--kube-api-burst", "1",
+	ca := f.start(t, "--token-verification", "tokenreview", "--kube-api-qps", "1", "--kube-api-burst", "1",
 		"--leader-election-lease-duration", "3s", "--leader-election-renew-deadline", "2s",
 		"--leader-election-retry-period", "500ms")
 	if err := pollUntil(t, lcWait, func() (bool, error) { return isLeader(t.Context(), ca) }); err != nil {
@@ -77,37 +77,49 @@ func TestLifecycleLeaseHeldThroughTokenStorm(t *testing.T) {
 // TestLifecycleForgedTokensCostNoReview sends a CA never-seen tokens with
 // the API server's header and claims but another key's signature: each is
 // refused (Unauthenticated) without a TokenReview, the CA having checked it
-// against the service account issuer's keys (/openid/v1/jwks). A genuine
-// token is still reviewed.
+// against the service account issuer's keys (/openid/v1/jwks), in either
+// verification mode. A genuine token is then reviewed once with
+// --token-verification tokenreview, and verified locally by default.
 func TestLifecycleForgedTokensCostNoReview(t *testing.T) {
-	const forged = 10
-	f := newLCFixture(t, "forged")
-	tokens := f.ztunnels(t, 1)
-	ca := f.start(t)
-	ztunnel := id("istio-system", "ztunnel")
-	for range forged {
-		_, err := ca.Request(t.Context(), cahost.RequestArgs{Token: foreignSignedJWT(t, tokens[0]), Identity: ztunnel})
-		if got := cahost.Code(err); got != codes.Unauthenticated {
-			t.Fatalf("a forged token: code %s, want Unauthenticated (err: %v)", got, err)
-		}
-	}
-	samples, err := scrapeCA(t.Context(), ca)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := samples.Sum(mForged); n != forged {
-		t.Errorf("%s = %v, want %d", mForged, n, forged)
-	}
-	if n, _ := samples.Sum(mReviews); n != 0 {
-		t.Errorf("%v TokenReviews for forged tokens, want none", n)
-	}
-	if _, err := ca.Request(t.Context(), cahost.RequestArgs{Token: tokens[0], Identity: ztunnel}); err != nil {
-		t.Fatalf("the genuine token: %v", err)
-	}
-	if samples, err = scrapeCA(t.Context(), ca); err != nil {
-		t.Fatal(err)
-	}
-	if n, _ := samples.Sum(mReviews); n != 1 {
-		t.Errorf("%v TokenReviews for the genuine token, want 1", n)
+	for _, mode := range []string{"tokenreview", "local"} {
+		t.Run(mode, func(t *testing.T) {
+			const forged = 10
+			f := newLCFixture(t, "forged-"+mode)
+			tokens := f.ztunnels(t, 1)
+			ca := f.start(t, "--token-verification", mode)
+			ztunnel := id("istio-system", "ztunnel")
+			for range forged {
+				_, err := ca.Request(t.Context(), cahost.RequestArgs{Token: foreignSignedJWT(t, tokens[0]), Identity: ztunnel})
+				if got := cahost.Code(err); got != codes.Unauthenticated {
+					t.Fatalf("a forged token: code %s, want Unauthenticated (err: %v)", got, err)
+				}
+			}
+			samples, err := scrapeCA(t.Context(), ca)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n, _ := samples.Sum(mForged); n != forged {
+				t.Errorf("%s = %v, want %d", mForged, n, forged)
+			}
+			if n, _ := samples.Sum(mReviews); n != 0 {
+				t.Errorf("%v TokenReviews for forged tokens, want none", n)
+			}
+			if _, err := ca.Request(t.Context(), cahost.RequestArgs{Token: tokens[0], Identity: ztunnel}); err != nil {
+				t.Fatalf("the genuine token: %v", err)
+			}
+			if samples, err = scrapeCA(t.Context(), ca); err != nil {
+				t.Fatal(err)
+			}
+			wantReviews, wantLocal := 1.0, 0.0
+			if mode == "local" {
+				wantReviews, wantLocal = 0, 1
+			}
+			if n, _ := samples.Sum(mReviews); n != wantReviews {
+				t.Errorf("%v TokenReviews for the genuine token, want %v", n, wantReviews)
+			}
+			if n, _ := samples.Sum(mLocal, "verdict", "accepted"); n != wantLocal {
+				t.Errorf("%v tokens accepted locally, want %v", n, wantLocal)
+			}
+		})
 	}
 }

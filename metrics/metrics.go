@@ -82,6 +82,14 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	m.issuedTime = m.issuance.WithLabelValues(resultIssued)
 	m.cacheHit = m.cacheLookups.WithLabelValues("hit")
 	m.cacheMiss = m.cacheLookups.WithLabelValues("miss")
+	// Exported from the start, so that dashboards and alerts see a zero
+	// rather than no series while every token is verified locally.
+	for _, r := range []string{"authenticated", "error"} {
+		m.reviews.WithLabelValues(r)
+	}
+	for _, v := range []string{"accepted", "rejected", "undecided"} {
+		m.local.WithLabelValues(v)
+	}
 	reg.MustRegister(
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(runtimeMetrics)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
