@@ -78,10 +78,14 @@ func checkClusterID(values []string, want string) error {
 // around 1 KiB.
 const maxTokenSize = 16 << 10
 
-// bearerToken returns the token of the first `Bearer <token>` value of
-// the authorization header.
+// bearerToken returns the token of the `Bearer <token>` value of the
+// authorization header. More than one value is refused: which credential
+// the caller meant would be a guess.
 func bearerToken(values []string) (string, error) {
 	const prefix = "bearer "
+	if len(values) > 1 {
+		return "", fmt.Errorf("%w: %d authorization headers, want one", authz.ErrUnauthenticated, len(values))
+	}
 	for _, v := range values {
 		if len(v) > len(prefix) && strings.EqualFold(v[:len(prefix)], prefix) {
 			token := strings.TrimSpace(v[len(prefix):])
