@@ -133,7 +133,9 @@ func TestReconcile(t *testing.T) {
 			signer: authority(root, 0), pods: pods, accounts: accounts,
 			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
 		{name: "a service account the pod does not run as: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
-			func(s *certv1.PodCertificateRequestSpec) { s.ServiceAccountName, s.ServiceAccountUID = "admin", "uid-sa-admin" }),
+			func(s *certv1.PodCertificateRequestSpec) {
+				s.ServiceAccountName, s.ServiceAccountUID = "admin", "uid-sa-admin"
+			}),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
 			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
 		{name: "no such pod: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
