@@ -135,11 +135,11 @@ func TestBadInputMatrix(t *testing.T) {
 	uri := func(s string) *url.URL { u, _ := url.Parse(s); return u }
 	p256, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	p224, _ := ecdsa.GenerateKey(elliptic.P224(), rand.Reader)
-	rsa1024, _ := rsa.GenerateKey(rand.Reader, 1024) //nolint:gosec // refused by the CA: the point of the case
+	rsa1024, _ := rsa.GenerateKey(rand.Reader, 1024)
 	goodBlock, _ := pem.Decode([]byte(goodCSR))
 	badSig := append([]byte(nil), goodBlock.Bytes...)
 	badSig[len(badSig)-3] ^= 0xff
-	md := func(kv ...string) metadata.MD { return metadata.Pairs(kv...) }
+	md := metadata.Pairs
 	bearer := func(tok string) string { return "Bearer " + tok }
 
 	unauth, invalid, denied := codes.Unauthenticated, codes.InvalidArgument, codes.PermissionDenied
