@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"golang.org/x/time/rate"
 	"google.golang.org/genproto/googleapis/rpc/errdetails"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/metadata"
@@ -104,6 +105,10 @@ type Service struct {
 	clock     clock.PassiveClock
 	cpu       *cpuLimiter
 	refused   refusals
+	// log takes what is not an audit record: that one could not be
+	// written, at most once a second (auditErrLog).
+	log         *slog.Logger
+	auditErrLog *rate.Limiter
 }
 
 // NewService checks the configuration and returns the service.
@@ -122,6 +127,11 @@ func NewService(cfg Config) (*Service, error) {
 	if s.audit == nil {
 		s.audit = slog.New(slog.DiscardHandler)
 	}
+	s.log = cfg.Logger
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.auditErrLog = rate.NewLimiter(rate.Every(time.Second), 1)
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
@@ -169,7 +179,14 @@ func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertific
 		// unavailable, say), is the outcome. The record keeps err.
 		o = classify(cerr)
 	}
-	s.record(ctx, d, o, err, s.clock.Since(start))
+	if aerr := s.record(ctx, d, o, err, s.clock.Since(start)); aerr != nil {
+		// Signed, but not handed out: a certificate without its audit
+		// record would be one nobody can account for. The CA fails
+		// closed while the audit log cannot be written.
+		err = fmt.Errorf("%w: %w", errAuditUnwritable, aerr)
+		o = classify(err)
+		_ = s.record(ctx, d, o, err, s.clock.Since(start))
+	}
 	if err != nil {
 		return nil, refusal(ctx, o)
 	}
@@ -264,13 +281,15 @@ func flowOf(c authz.Caller) string {
 
 // record writes the audit record of a decision and reports it to the
 // observer; refusals that decide nothing are summarized (see refusals).
-// It never logs the token, a key or the CSR.
-func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) {
-	s.obs.RequestDone(o.result, string(o.reason), took)
+// It never logs the token, a key or the CSR. The error is that of writing
+// an issuance's record, which the caller must not answer without (the
+// observer then hears nothing: the caller records the refusal instead).
+func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) error {
 	if err != nil && decidesNothing(o) {
+		s.obs.RequestDone(o.result, string(o.reason), took)
 		s.refused.add(refusalKey{caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
 			result: o.result, reason: string(o.reason), code: o.code.String()}, s.clock.Now(), err.Error())
-		return
+		return nil
 	}
 	attrs := []slog.Attr{
 		slog.String("decision", o.result),
@@ -287,27 +306,43 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 			attrs = append(attrs, slog.String("reason", string(o.reason)))
 		}
 		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
-		s.writeAudit(ctx, levelFor(o), "certificate request refused", attrs)
-		return
+		s.obs.RequestDone(o.result, string(o.reason), took)
+		if werr := s.writeAudit(ctx, levelFor(o), "certificate request refused", attrs); werr != nil {
+			s.auditFailed(ctx, werr)
+		}
+		return nil
 	}
 	attrs = append(attrs,
 		slog.String("identity", d.granted.String()),
 		slog.String("serial", d.issued.Cert.SerialNumber.Text(16)),
 		slog.Time("not_after", d.issued.Cert.NotAfter))
-	s.writeAudit(ctx, slog.LevelInfo, "certificate issued", attrs)
+	if werr := s.writeAudit(ctx, slog.LevelInfo, "certificate issued", attrs); werr != nil {
+		s.auditFailed(ctx, werr)
+		return werr
+	}
+	s.obs.RequestDone(o.result, string(o.reason), took)
+	return nil
+}
+
+// auditFailed logs, at most once a second, that an audit record could not
+// be written.
+func (s *Service) auditFailed(ctx context.Context, err error) {
+	if s.auditErrLog.AllowN(s.clock.Now(), 1) {
+		s.log.ErrorContext(ctx, "audit record not written; certificates are refused until it can be", "error", err.Error())
+	}
 }
 
 // writeAudit hands one record to the audit handler. Unlike Logger.LogAttrs
 // it does not capture the caller's program counter (a stack walk per
 // certificate): the record's source is always this function.
-func (s *Service) writeAudit(ctx context.Context, level slog.Level, msg string, attrs []slog.Attr) {
+func (s *Service) writeAudit(ctx context.Context, level slog.Level, msg string, attrs []slog.Attr) error {
 	h := s.audit.Handler()
 	if !h.Enabled(ctx, level) {
-		return
+		return nil
 	}
 	r := slog.NewRecord(s.clock.Now(), level, msg, 0)
 	r.AddAttrs(attrs...)
-	_ = h.Handle(ctx, r)
+	return h.Handle(ctx, r)
 }
 
 type nopObserver struct{}

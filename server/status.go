@@ -18,6 +18,10 @@ const minRetryAfter = 100 * time.Millisecond
 // index not ready).
 var errNotReady = errors.New("not ready")
 
+// errAuditUnwritable: an issuance's audit record could not be written, so
+// the certificate is not handed out.
+var errAuditUnwritable = errors.New("audit log unwritable")
+
 // outcome classifies an error for the caller, the logs and the metrics. It is
 // the one place where errors become gRPC codes.
 type outcome struct {
@@ -54,7 +58,7 @@ func classify(err error) outcome {
 			o.retryAfter = max(oe.RetryAfter, minRetryAfter)
 		}
 		return o
-	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable):
+	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable), errors.Is(err, errAuditUnwritable):
 		return outcome{code: codes.Unavailable, result: "unavailable", message: "certificate authority temporarily unavailable"}
 	case errors.Is(err, context.Canceled):
 		return outcome{code: codes.Canceled, result: "canceled", message: "request canceled"}
