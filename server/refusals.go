@@ -126,6 +126,8 @@ func (s *Service) RunAudit(ctx context.Context, interval time.Duration) {
 // FlushAudit writes the summaries of the refusals counted so far.
 func (s *Service) FlushAudit() {
 	s.refused.flush(func(level slog.Level, msg string, attrs []slog.Attr) {
-		s.writeAudit(context.Background(), level, msg, attrs)
+		if err := s.writeAudit(context.Background(), level, msg, attrs); err != nil {
+			s.auditFailed(context.Background(), err)
+		}
 	})
 }
