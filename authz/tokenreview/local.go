@@ -128,8 +128,16 @@ func (r *Reviewer) decideClaims(c claims, keyID, issuer string) local {
 		return local{why: errors.New("no audience: a legacy token")}
 	}
 	now := r.clock.Now()
-	if err := c.ValidateWithLeeway(jwt.Expected{AnyAudience: r.audiences, Time: now}, jwt.DefaultLeeway); err != nil {
-		return local{verdict: verdictRejected, why: fmt.Errorf("token %w (audiences %q, want one of %q)", err, []string(c.Audience), r.audiences)}
+	if !slices.ContainsFunc(r.audiences, c.Audience.Contains) {
+		return local{verdict: verdictRejected, why: fmt.Errorf("token audiences %q include none of %q", []string(c.Audience), r.audiences)}
+	}
+	// Whether a token is within its validity is the API server's clock's
+	// call: a token this replica's clock finds outside it (expired, not
+	// valid yet, issued in the future) goes to a TokenReview, so that a
+	// replica whose clock was stepped neither refuses good tokens nor
+	// accepts expired ones.
+	if err := c.ValidateWithLeeway(jwt.Expected{Time: now}, jwt.DefaultLeeway); err != nil {
+		return local{why: fmt.Errorf("token %w by this replica's clock", err)}
 	}
 	k := c.Kubernetes
 	switch {

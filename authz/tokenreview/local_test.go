@@ -115,7 +115,7 @@ type localFixture struct {
 
 func newLocalFixture(t *testing.T) *localFixture {
 	t.Helper()
-	f := &localFixture{is: newIssuer(t, "k1"), api: newFakeAPI(always(webPod())),
+	f := &localFixture{is: newIssuer(t, "k1"), api: newFakeAPI(always(podBound("apps", "web", "web-0", webPodUID, "node-a"))),
 		pods:     &podSet{uids: map[string]bool{webPodUID: true}},
 		accounts: &accountSet{}, obs: &countingObserver{},
 		clock: clocktesting.NewFakeClock(time.Now().Truncate(time.Second))}
@@ -142,7 +142,9 @@ func TestLocalVerification(t *testing.T) {
 		reviewed bool
 	}{
 		{name: "pod-bound token of a live pod: accepted locally", claims: podClaims},
-		{name: "expired beyond the minute of leeway: rejected", wantErr: authz.ErrUnauthenticated,
+		// Validity is the API server's clock's call (a replica's clock
+		// may be stepped): outside it by this clock, the token is reviewed.
+		{name: "expired beyond the minute of leeway: reviewed", reviewed: true,
 			claims: func(now time.Time) map[string]any {
 				return with(podClaims(now), "exp", now.Add(-61*time.Second).Unix())
 			}},
@@ -150,9 +152,9 @@ func TestLocalVerification(t *testing.T) {
 			claims: func(now time.Time) map[string]any {
 				return with(podClaims(now), "exp", now.Add(-30*time.Second).Unix())
 			}},
-		{name: "not valid yet: rejected", wantErr: authz.ErrUnauthenticated,
+		{name: "not valid yet: reviewed", reviewed: true,
 			claims: func(now time.Time) map[string]any { return with(podClaims(now), "nbf", now.Add(2*time.Minute).Unix()) }},
-		{name: "issued in the future: rejected", wantErr: authz.ErrUnauthenticated,
+		{name: "issued in the future: reviewed", reviewed: true,
 			claims: func(now time.Time) map[string]any { return with(podClaims(now), "iat", now.Add(2*time.Minute).Unix()) }},
 		{name: "another audience: rejected", wantErr: authz.ErrUnauthenticated,
 			claims: func(now time.Time) map[string]any { return with(podClaims(now), "aud", []string{"vault"}) }},
@@ -299,5 +301,38 @@ func TestConcurrentRequestsShareOneLocalCheck(t *testing.T) {
 	defer f.obs.mu.Unlock()
 	if got := f.obs.verdicts["accepted"]; got != 1 {
 		t.Errorf("%d local decisions for one token, want 1", got)
+	}
+}
+
+// A replica whose clock is stepped 10 minutes either way gives the API
+// server's answer, not its clock's: a token its clock finds outside its
+// validity is reviewed (here the API server accepts it), and a cached
+// answer whose token has expired by the stepped clock is not trusted.
+func TestClockStepLeavesValidityToTheAPIServer(t *testing.T) {
+	for _, step := range []time.Duration{10 * time.Minute, -10 * time.Minute} {
+		t.Run(step.String(), func(t *testing.T) {
+			f := newLocalFixture(t)
+			issuedAt := f.clock.Now()
+			claims := podClaims(issuedAt)
+			claims = with(claims, "exp", issuedAt.Add(5*time.Minute).Unix())
+			tok := f.is.signClaims(t, "k1", claims)
+			if _, err := f.r.Authenticate(t.Context(), tok); err != nil || f.api.calls.Load() != 0 {
+				t.Fatalf("before the step: %v, %d TokenReviews; want accepted locally", err, f.api.calls.Load())
+			}
+			f.clock.Step(step)
+			fresh := f.is.signClaims(t, "k1", podClaims(issuedAt))
+			if _, err := f.r.Authenticate(t.Context(), fresh); err != nil {
+				t.Fatalf("a token the API server just minted, on a replica %v off: %v", step, err)
+			}
+			if _, err := f.r.Authenticate(t.Context(), tok); err != nil {
+				t.Fatalf("the cached token, on a replica %v off: %v", step, err)
+			}
+			// Ahead, the cached token has expired by this clock; behind,
+			// the fresh one was issued in this clock's future: either way
+			// one token is left to the API server.
+			if got := f.api.calls.Load(); got != 1 {
+				t.Errorf("%d TokenReviews after a step of %v, want 1", got, step)
+			}
+		})
 	}
 }
