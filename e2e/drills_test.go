@@ -417,3 +417,71 @@ func isAlreadyExists(err error) bool {
 	var st interface{ Status() metav1.Status }
 	return errors.As(err, &st) && st.Status().Reason == metav1.StatusReasonAlreadyExists
 }
+
+// TestCASecretDeletedOrCorruptedWhileServing: the CA keeps issuing from
+// the state it holds while its Secret is deleted (the leader writes it
+// back) or overwritten with garbage (ignored and logged; nothing replaces
+// it until a valid state is written).
+func TestCASecretDeletedOrCorruptedWhileServing(t *testing.T) {
+	f := newLCFixture(t, "secret")
+	zt := f.ztunnels(t, 1)[0]
+	ca := f.start(t)
+	if err := pollUntil(t, lcWait, func() (bool, error) { return isLeader(t.Context(), ca) }); err != nil {
+		t.Fatalf("the CA never led: %v", err)
+	}
+	secrets := f.s.cp.Client().CoreV1().Secrets(f.ns)
+	cfg, err := ca.ClientConfig() // the roots, read while the Secret is there
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := caclient.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer client.Close()
+	ztID := spiffeid.RequireFromString(id("istio-system", "ztunnel"))
+	issue := func(what string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		if _, err := client.CreateCertificate(ctx, caclient.Request{Token: zt, Identity: ztID}); err != nil {
+			t.Errorf("%s: %v", what, err)
+		}
+	}
+	issue("before")
+	orig, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	if err := secrets.Delete(t.Context(), lcSecret, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	deleted := time.Now()
+	issue("right after the Secret was deleted")
+	if err := pollUntil(t, lcWait, func() (bool, error) {
+		s, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
+		return err == nil && string(s.Data["ca-state.json"]) == string(orig.Data["ca-state.json"]), nil
+	}); err != nil {
+		t.Fatalf("the deleted Secret was not restored with its state: %v", err)
+	}
+	restored := time.Since(deleted)
+	issue("after the Secret was restored")
+
+	cur, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Data["ca-state.json"] = []byte(`{"version":1,"authorities":[{"status":"active","certificate":"garbage"}]}`)
+	if _, err := secrets.Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := pollUntil(t, lcWait, func() (bool, error) {
+		return len(logLines(ca, "ignoring an invalid CA state in the Secret")) > 0, nil
+	}); err != nil {
+		t.Fatalf("the CA did not report the corrupted Secret: %v", err)
+	}
+	issue("with the Secret corrupted")
+	t.Logf("Secret deleted: served throughout, restored by the leader in %v; corrupted: ignored and logged, served throughout",
+		restored.Round(10*time.Millisecond))
+}
