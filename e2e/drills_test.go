@@ -485,3 +485,88 @@ func TestCASecretDeletedOrCorruptedWhileServing(t *testing.T) {
 	t.Logf("Secret deleted: served throughout, restored by the leader in %v; corrupted: ignored and logged, served throughout",
 		restored.Round(10*time.Millisecond))
 }
+
+// TestReplicaKilledMidRequest: with requests in flight on one of two
+// replicas, SIGKILL takes it down; the requests it had are lost to their
+// callers (Unavailable), and each caller's retry on the other replica is
+// served.
+func TestReplicaKilledMidRequest(t *testing.T) {
+	f := newLCFixture(t, "sigkill")
+	tokens := f.ztunnels(t, 8)
+	cas := f.startN(t, 2)
+	clients := make([]*caclient.Client, 2)
+	for i, ca := range cas {
+		cfg, err := ca.ClientConfig()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if clients[i], err = caclient.Dial(cfg); err != nil {
+			t.Fatal(err)
+		}
+		defer clients[i].Close()
+	}
+	ztID := spiffeid.RequireFromString(id("istio-system", "ztunnel"))
+	ask := func(c *caclient.Client, tok string) error {
+		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+		defer cancel()
+		_, err := c.CreateCertificate(ctx, caclient.Request{Token: tok, Identity: ztID})
+		return err
+	}
+	var (
+		mu                       sync.Mutex
+		beforeKill, lost, served int
+		stop                     = make(chan struct{})
+		killed                   = make(chan struct{})
+	)
+	var wg sync.WaitGroup
+	for _, tok := range tokens {
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				err := ask(clients[0], tok)
+				if err == nil {
+					mu.Lock()
+					beforeKill++
+					mu.Unlock()
+					continue
+				}
+				select {
+				case <-killed:
+				default:
+					t.Errorf("a request before the kill: %v", err)
+					return
+				}
+				if got := status.Code(err); got != codes.Unavailable {
+					t.Errorf("a request on the killed replica: %s (%v), want Unavailable", got, err)
+				}
+				retry := ask(clients[1], tok)
+				mu.Lock()
+				lost++
+				if retry == nil {
+					served++
+				}
+				mu.Unlock()
+				if retry != nil {
+					t.Errorf("the retry on the other replica: %v", retry)
+				}
+				return
+			}
+		})
+	}
+	time.Sleep(500 * time.Millisecond)
+	close(killed)
+	if err := cas[0].Kill(); err != nil {
+		t.Fatal(err)
+	}
+	time.AfterFunc(10*time.Second, func() { close(stop) })
+	wg.Wait()
+	if served != len(tokens) {
+		t.Errorf("%d of %d callers were served on the other replica after the kill", served, len(tokens))
+	}
+	t.Logf("%d requests served before SIGKILL; %d callers lost a request to it, %d retried on the other replica and were served",
+		beforeKill, lost, served)
+}
