@@ -115,6 +115,28 @@ func (p *faultProxy) cut() {
 	}
 }
 
+// ownControlPlane starts a control plane for one test in dir, with
+// namespaces, and stops it when the test ends: for tests that stop or
+// hang the API server.
+func ownControlPlane(ctx context.Context, t *testing.T, dir string, namespaces ...string) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(ctx, controlplane.Options{WorkDir: filepath.Join(dir, "controlplane")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := cp.Stop(); err != nil {
+			t.Error(err)
+		}
+	})
+	for _, ns := range namespaces {
+		if _, err := cp.CreateNamespace(ctx, ns); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return cp
+}
+
 // drillFixture is a control plane of its own (the drills stop and hang its
 // API server) and a CA that reaches it through a faultProxy.
 type drillFixture struct {
@@ -132,15 +154,7 @@ func newDrillFixture(t *testing.T) *drillFixture {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	cp, err := controlplane.Start(ctx, controlplane.Options{WorkDir: filepath.Join(dir, "controlplane")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
+	cp := ownControlPlane(ctx, t, dir, "istio-system", drillNS)
 	f := &drillFixture{cp: cp, dir: dir}
 	host, err := url.Parse(cp.Host())
 	if err != nil {
@@ -157,11 +171,6 @@ func newDrillFixture(t *testing.T) *drillFixture {
 	proxied := filepath.Join(dir, "kubeconfig-proxied")
 	if err := clientcmd.WriteToFile(*kc, proxied); err != nil {
 		t.Fatal(err)
-	}
-	for _, ns := range []string{"istio-system", drillNS} {
-		if _, err := cp.CreateNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
 	}
 	for _, sa := range [][2]string{{"istio-system", "ztunnel"}, {drillNS, "web"}, {drillNS, "gone"}, {drillNS, "late"}} {
 		if _, err := cp.CreateServiceAccount(ctx, sa[0], sa[1]); err != nil && !isAlreadyExists(err) {

@@ -158,20 +158,7 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
-	cp, err := controlplane.Start(ctx, controlplane.Options{WorkDir: filepath.Join(dir, "controlplane")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := cp.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	for _, ns := range []string{"istio-system", "verify"} {
-		if _, err := cp.CreateNamespace(ctx, ns); err != nil {
-			t.Fatal(err)
-		}
-	}
+	cp := ownControlPlane(ctx, t, dir, "istio-system", "verify")
 	f := &verifyFixture{cp: cp}
 	for _, mode := range []string{"local", "tokenreview"} {
 		ca, err := cahost.Start(ctx, cahost.Options{Kubeconfig: cp.KubeconfigPath(), WorkDir: filepath.Join(dir, "ca-"+mode),
