@@ -49,6 +49,11 @@ func classify(err error) outcome {
 	case errors.As(err, &deny):
 		return outcome{code: codes.PermissionDenied, result: "denied", reason: deny.Reason,
 			message: "identity not permitted: " + string(deny.Reason)}
+	case errors.Is(err, ca.ErrForeignTrustDomain):
+		// The policy refuses these first; the signer's own check answers
+		// the same way, never Internal.
+		return outcome{code: codes.PermissionDenied, result: "denied", reason: authz.ReasonForeignTrustDomain,
+			message: "identity not permitted: " + string(authz.ReasonForeignTrustDomain)}
 	case errors.Is(err, ca.ErrInvalidCSR), errors.Is(err, errInvalidRequest):
 		// The caller's own input: the full message helps them fix it.
 		return outcome{code: codes.InvalidArgument, result: "invalid", message: err.Error()}

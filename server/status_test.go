@@ -25,6 +25,7 @@ func TestClassify(t *testing.T) {
 		{name: "success", err: nil, want: codes.OK, wantResult: "issued"},
 		{name: "failed authentication", err: fmt.Errorf("review: %w: audience mismatch for pod web-1", authz.ErrUnauthenticated), want: codes.Unauthenticated, wantResult: "unauthenticated", leak: "web-1"},
 		{name: "denied identity", err: fmt.Errorf("authorize: %w", authz.Deny(authz.ReasonIdentityNotOnNode, "ztunnel on node-a asked for secret/sa")), want: codes.PermissionDenied, wantResult: "denied", leak: "node-a"},
+		{name: "identity outside the signer's trust domain", err: fmt.Errorf("sign: %w: spiffe://evil.example/x", ca.ErrForeignTrustDomain), want: codes.PermissionDenied, wantResult: "denied", leak: "evil.example"},
 		{name: "malformed CSR", err: fmt.Errorf("%w: bad signature", ca.ErrInvalidCSR), want: codes.InvalidArgument, wantResult: "invalid"},
 		{name: "malformed request", err: fmt.Errorf("%w: metadata", errInvalidRequest), want: codes.InvalidArgument, wantResult: "invalid"},
 		{name: "not ready", err: errors.Join(errNotReady, errors.New("pod index not synced")), want: codes.Unavailable, wantResult: "unavailable", leak: "pod index"},
