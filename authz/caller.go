@@ -94,6 +94,11 @@ func (e *OverloadError) Error() string { return "overloaded: " + e.Detail }
 // Unwrap makes an OverloadError an ErrOverloaded.
 func (e *OverloadError) Unwrap() error { return ErrOverloaded }
 
+// MaxTokenSize bounds the bearer tokens the CA accepts, at the gRPC layer
+// and in the token checks alike. Projected service account tokens are
+// about 1 KiB.
+const MaxTokenSize = 8 << 10
+
 // DeletionGrace is how long after an object's deletionTimestamp Kubernetes
 // still accepts the tokens bound to it (the API server's JWT leeway,
 // pkg/serviceaccount/claims.go); for a pod the timestamp is the delete

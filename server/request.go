@@ -74,10 +74,6 @@ func checkClusterID(values []string, want string) error {
 	return nil
 }
 
-// maxTokenSize bounds the bearer token we accept; service-account JWTs are
-// around 1 KiB.
-const maxTokenSize = 16 << 10
-
 // bearerToken returns the token of the `Bearer <token>` value of the
 // authorization header. More than one value is refused: which credential
 // the caller meant would be a guess.
@@ -89,7 +85,7 @@ func bearerToken(values []string) (string, error) {
 	for _, v := range values {
 		if len(v) > len(prefix) && strings.EqualFold(v[:len(prefix)], prefix) {
 			token := strings.TrimSpace(v[len(prefix):])
-			if token == "" || len(token) > maxTokenSize {
+			if token == "" || len(token) > authz.MaxTokenSize {
 				break
 			}
 			return token, nil

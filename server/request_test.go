@@ -99,7 +99,7 @@ func TestBearerToken(t *testing.T) {
 		{name: "missing header", md: metadata.MD{}},
 		{name: "other scheme", md: metadata.Pairs("authorization", "Basic abc")},
 		{name: "empty token", md: metadata.Pairs("authorization", "Bearer   ")},
-		{name: "oversized token", md: metadata.Pairs("authorization", "Bearer "+strings.Repeat("a", maxTokenSize+1))},
+		{name: "oversized token", md: metadata.Pairs("authorization", "Bearer "+strings.Repeat("a", authz.MaxTokenSize+1))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -8,11 +8,12 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/workload-ca/workload-ca/authz"
 )
 
-// maxTokenSize bounds the bearer tokens we send for review. Projected service
-// account tokens are about 1 KiB.
-const maxTokenSize = 8 << 10
+// maxTokenSize bounds the bearer tokens we check (authz.MaxTokenSize).
+const maxTokenSize = authz.MaxTokenSize
 
 // maxExpiry is the largest exp we accept: 9999-12-31T23:59:59Z.
 const maxExpiry = 253402300799
