@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"net"
 	"strings"
@@ -11,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"google.golang.org/grpc"
-	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -37,19 +34,6 @@ func withTransport(t server.Transport) envOption {
 	return func(c *envConfig) { c.opts = append(c.opts, t.Options()...) }
 }
 
-// rawClient is a gRPC connection to the env that sends whatever metadata
-// it is given.
-func rawClient(t *testing.T, e *env) capb.IstioCertificateServiceClient {
-	t.Helper()
-	creds := credentials.NewTLS(&tls.Config{MinVersion: tls.VersionTLS13, RootCAs: e.roots, ServerName: servingName})
-	conn, err := grpc.NewClient("passthrough:///"+servingName, grpc.WithTransportCredentials(creds), e.dialer())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close() })
-	return capb.NewIstioCertificateServiceClient(conn)
-}
-
 // An unauthenticated client cannot make the server hold megabytes of
 // metadata: a request whose headers exceed the limit is refused before any
 // check runs (nothing authenticated, audited or issued), one large header
@@ -57,7 +41,7 @@ func rawClient(t *testing.T, e *env) capb.IstioCertificateServiceClient {
 // ordinary request is served.
 func TestOversizedMetadataRefusedBeforeAnyCheck(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), withTransport(defaultTransport()))
-	c := rawClient(t, e)
+	c := capb.NewIstioCertificateServiceClient(e.conn(t))
 	req := ztunnelRequest(t)
 	tests := []struct {
 		name    string
@@ -137,7 +121,7 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), withTransport(defaultTransport()), func(c *envConfig) {
 		c.service = func(cfg *server.Config) { held.Authenticator = cfg.Authenticator; cfg.Authenticator = held }
 	})
-	c := rawClient(t, e)
+	c := capb.NewIstioCertificateServiceClient(e.conn(t))
 	req := ztunnelRequest(t)
 	const n = 20
 	errs := make(chan error, n)
@@ -171,7 +155,7 @@ func TestIdleConnectionClosed(t *testing.T) {
 	tr := defaultTransport()
 	tr.MaxConnectionIdle = 200 * time.Millisecond
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), withTransport(tr))
-	c := rawClient(t, e)
+	c := capb.NewIstioCertificateServiceClient(e.conn(t))
 	req := ztunnelRequest(t)
 	if _, err := c.CreateCertificate(withToken(ctxT(t), "ztunnel-token"), req); err != nil {
 		t.Fatal(err)
