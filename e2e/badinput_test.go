@@ -222,8 +222,7 @@ func TestBadInputMatrix(t *testing.T) {
 		t.Fatalf("%d cases, want at least 60", len(cases))
 	}
 	logStart := len(ca.Logs())
-	svc, closeConn := rawCAClient(t, ca)
-	defer closeConn()
+	svc := rawCAClient(t, ca)
 	for _, c := range cases {
 		headers := c.md
 		if headers == nil {
@@ -289,7 +288,7 @@ func TestBadInputMatrix(t *testing.T) {
 // rawCAClient returns the CA's CreateCertificate over a fresh TLS
 // connection per call, so that a request the transport refuses cannot
 // spoil the next.
-func rawCAClient(t *testing.T, ca *cahost.CA) (func(context.Context, *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error), func()) {
+func rawCAClient(t *testing.T, ca *cahost.CA) func(context.Context, *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error) {
 	t.Helper()
 	cfg, err := ca.ClientConfig()
 	if err != nil {
@@ -304,5 +303,5 @@ func rawCAClient(t *testing.T, ca *cahost.CA) (func(context.Context, *capb.Istio
 		defer conn.Close()
 		return capb.NewIstioCertificateServiceClient(conn).CreateCertificate(ctx, req)
 	}
-	return call, func() {}
+	return call
 }

@@ -2,7 +2,6 @@ package e2e_test
 
 import (
 	"context"
-	"errors"
 	"io"
 	"net"
 	"net/url"
@@ -16,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -173,7 +173,7 @@ func newDrillFixture(t *testing.T) *drillFixture {
 		t.Fatal(err)
 	}
 	for _, sa := range [][2]string{{"istio-system", "ztunnel"}, {drillNS, "web"}, {drillNS, "gone"}, {drillNS, "late"}} {
-		if _, err := cp.CreateServiceAccount(ctx, sa[0], sa[1]); err != nil && !isAlreadyExists(err) {
+		if _, err := cp.CreateServiceAccount(ctx, sa[0], sa[1]); err != nil && !apierrors.IsAlreadyExists(err) {
 			t.Fatal(err)
 		}
 	}
@@ -190,14 +190,7 @@ func newDrillFixture(t *testing.T) *drillFixture {
 			t.Error(err)
 		}
 	})
-	cfg, err := f.ca.ClientConfig()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if f.client, err = caclient.Dial(cfg); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { f.client.Close() })
+	f.client = dialCA(t, f.ca)
 	return f
 }
 
@@ -336,16 +329,8 @@ func TestFaultDrills(t *testing.T) {
 		const n = 20
 		var wg sync.WaitGroup
 		codesSeen := make([]codes.Code, n)
-		cfg, err := f.ca.ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
 		for i := range n { // a node each: one connection each
-			c, err := caclient.Dial(cfg)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer c.Close()
+			c := dialCA(t, f.ca)
 			wg.Go(func() { codesSeen[i] = f.askOn(t, c, secretTok, "", 30*time.Second) })
 		}
 		if got := f.ask(t, zt, web, 5*time.Second); got != codes.OK {
@@ -420,162 +405,4 @@ func goroutines(t *testing.T, ca *cahost.CA) int {
 	}
 	v, _ := samples.Sum("go_goroutines")
 	return int(v)
-}
-
-func isAlreadyExists(err error) bool {
-	var st interface{ Status() metav1.Status }
-	return errors.As(err, &st) && st.Status().Reason == metav1.StatusReasonAlreadyExists
-}
-
-// TestCASecretDeletedOrCorruptedWhileServing: the CA keeps issuing from
-// the state it holds while its Secret is deleted (the leader writes it
-// back) or overwritten with garbage (ignored and logged; nothing replaces
-// it until a valid state is written).
-func TestCASecretDeletedOrCorruptedWhileServing(t *testing.T) {
-	f := newLCFixture(t, "secret")
-	zt := f.ztunnels(t, 1)[0]
-	ca := f.start(t)
-	if err := pollUntil(t, lcWait, func() (bool, error) { return isLeader(t.Context(), ca) }); err != nil {
-		t.Fatalf("the CA never led: %v", err)
-	}
-	secrets := f.s.cp.Client().CoreV1().Secrets(f.ns)
-	cfg, err := ca.ClientConfig() // the roots, read while the Secret is there
-	if err != nil {
-		t.Fatal(err)
-	}
-	client, err := caclient.Dial(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer client.Close()
-	ztID := spiffeid.RequireFromString(id("istio-system", "ztunnel"))
-	issue := func(what string) {
-		t.Helper()
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		if _, err := client.CreateCertificate(ctx, caclient.Request{Token: zt, Identity: ztID}); err != nil {
-			t.Errorf("%s: %v", what, err)
-		}
-	}
-	issue("before")
-	orig, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-
-	if err := secrets.Delete(t.Context(), lcSecret, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	deleted := time.Now()
-	issue("right after the Secret was deleted")
-	if err := pollUntil(t, lcWait, func() (bool, error) {
-		s, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
-		return err == nil && string(s.Data["ca-state.json"]) == string(orig.Data["ca-state.json"]), nil
-	}); err != nil {
-		t.Fatalf("the deleted Secret was not restored with its state: %v", err)
-	}
-	restored := time.Since(deleted)
-	issue("after the Secret was restored")
-
-	cur, err := secrets.Get(t.Context(), lcSecret, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cur.Data["ca-state.json"] = []byte(`{"version":1,"authorities":[{"status":"active","certificate":"garbage"}]}`)
-	if _, err := secrets.Update(t.Context(), cur, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := pollUntil(t, lcWait, func() (bool, error) {
-		return len(logLines(ca, "ignoring an invalid CA state in the Secret")) > 0, nil
-	}); err != nil {
-		t.Fatalf("the CA did not report the corrupted Secret: %v", err)
-	}
-	issue("with the Secret corrupted")
-	t.Logf("Secret deleted: served throughout, restored by the leader in %v; corrupted: ignored and logged, served throughout",
-		restored.Round(10*time.Millisecond))
-}
-
-// TestReplicaKilledMidRequest: with requests in flight on one of two
-// replicas, SIGKILL takes it down; the requests it had are lost to their
-// callers (Unavailable), and each caller's retry on the other replica is
-// served.
-func TestReplicaKilledMidRequest(t *testing.T) {
-	f := newLCFixture(t, "sigkill")
-	tokens := f.ztunnels(t, 8)
-	cas := f.startN(t, 2)
-	clients := make([]*caclient.Client, 2)
-	for i, ca := range cas {
-		cfg, err := ca.ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if clients[i], err = caclient.Dial(cfg); err != nil {
-			t.Fatal(err)
-		}
-		defer clients[i].Close()
-	}
-	ztID := spiffeid.RequireFromString(id("istio-system", "ztunnel"))
-	ask := func(c *caclient.Client, tok string) error {
-		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
-		defer cancel()
-		_, err := c.CreateCertificate(ctx, caclient.Request{Token: tok, Identity: ztID})
-		return err
-	}
-	var (
-		mu                       sync.Mutex
-		beforeKill, lost, served int
-		stop                     = make(chan struct{})
-		killed                   = make(chan struct{})
-	)
-	var wg sync.WaitGroup
-	for _, tok := range tokens {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				err := ask(clients[0], tok)
-				if err == nil {
-					mu.Lock()
-					beforeKill++
-					mu.Unlock()
-					continue
-				}
-				select {
-				case <-killed:
-				default:
-					t.Errorf("a request before the kill: %v", err)
-					return
-				}
-				if got := status.Code(err); got != codes.Unavailable {
-					t.Errorf("a request on the killed replica: %s (%v), want Unavailable", got, err)
-				}
-				retry := ask(clients[1], tok)
-				mu.Lock()
-				lost++
-				if retry == nil {
-					served++
-				}
-				mu.Unlock()
-				if retry != nil {
-					t.Errorf("the retry on the other replica: %v", retry)
-				}
-				return
-			}
-		})
-	}
-	time.Sleep(500 * time.Millisecond)
-	close(killed)
-	if err := cas[0].Kill(); err != nil {
-		t.Fatal(err)
-	}
-	time.AfterFunc(10*time.Second, func() { close(stop) })
-	wg.Wait()
-	if served != len(tokens) {
-		t.Errorf("%d of %d callers were served on the other replica after the kill", served, len(tokens))
-	}
-	t.Logf("%d requests served before SIGKILL; %d callers lost a request to it, %d retried on the other replica and were served",
-		beforeKill, lost, served)
 }

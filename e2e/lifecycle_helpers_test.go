@@ -768,3 +768,19 @@ func inOrder(seq []timedPhase, want ...string) bool {
 	}
 	return i == len(want)
 }
+
+// dialCA connects a ztunnel-like client to ca, with the roots ca serves
+// now; it is closed when t ends.
+func dialCA(t *testing.T, ca *cahost.CA) *caclient.Client {
+	t.Helper()
+	cfg, err := ca.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	client, err := caclient.Dial(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}

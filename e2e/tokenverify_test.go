@@ -172,16 +172,7 @@ func newVerifyFixture(t *testing.T) *verifyFixture {
 				t.Error(err)
 			}
 		})
-		cfg, err := ca.ClientConfig()
-		if err != nil {
-			t.Fatal(err)
-		}
-		client, err := caclient.Dial(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { client.Close() })
-		f.cas = append(f.cas, verifyingCA{mode: mode, ca: ca, client: client})
+		f.cas = append(f.cas, verifyingCA{mode: mode, ca: ca, client: dialCA(t, ca)})
 	}
 	return f
 }
