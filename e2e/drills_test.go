@@ -273,8 +273,10 @@ func TestFaultDrills(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	vf := &verifyFixture{cp: f.cp}
-	secretTok := vf.boundToken(t, drillNS, "web", "Secret", secret.Name, string(secret.UID))
+	secretTok, err := f.cp.BoundToken(t.Context(), drillNS, "web", "Secret", secret.Name, secret.UID, audience, 3600)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := f.ask(t, zt, web, 10*time.Second); got != codes.OK {
 		t.Fatalf("before the drills: ztunnel asking for web: %s", got)
 	}

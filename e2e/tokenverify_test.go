@@ -223,17 +223,11 @@ func (f *verifyFixture) podToken(t *testing.T, p *corev1.Pod, aud string) string
 // boundToken mints a token of ns/sa bound to an object of kind.
 func (f *verifyFixture) boundToken(t *testing.T, ns, sa, kind, name, uid string) string {
 	t.Helper()
-	exp := int64(3600)
-	apiVersion := "v1"
-	req := &authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{
-		Audiences: []string{audience}, ExpirationSeconds: &exp,
-		BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: kind, APIVersion: apiVersion, Name: name, UID: types.UID(uid)},
-	}}
-	resp, err := f.cp.Client().CoreV1().ServiceAccounts(ns).CreateToken(t.Context(), sa, req, metav1.CreateOptions{})
+	tok, err := f.cp.BoundToken(t.Context(), ns, sa, kind, name, types.UID(uid), audience, 3600)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return resp.Status.Token
+	return tok
 }
 
 // reviewSays is the API server's answer.

@@ -8,6 +8,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -56,15 +57,16 @@ func (c *ControlPlane) CreatePod(ctx context.Context, ns, name, sa, node string)
 // default (1h). The server rejects values below 600, and extends exactly
 // 3607 to a year when audience is one of --api-audiences (istio-ca is).
 func (c *ControlPlane) PodToken(ctx context.Context, ns, sa string, pod *corev1.Pod, audience string, expirySeconds int64) (string, error) {
+	return c.BoundToken(ctx, ns, sa, "Pod", pod.Name, pod.UID, audience, expirySeconds)
+}
+
+// BoundToken mints a token for service account ns/sa bound to the object
+// of kind (Pod, Secret or Node) name with uid, as PodToken does.
+func (c *ControlPlane) BoundToken(ctx context.Context, ns, sa, kind, name string, uid types.UID, audience string, expirySeconds int64) (string, error) {
 	req := &authenticationv1.TokenRequest{
 		Spec: authenticationv1.TokenRequestSpec{
-			Audiences: []string{audience},
-			BoundObjectRef: &authenticationv1.BoundObjectReference{
-				Kind:       "Pod",
-				APIVersion: "v1",
-				Name:       pod.Name,
-				UID:        pod.UID,
-			},
+			Audiences:      []string{audience},
+			BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: kind, APIVersion: "v1", Name: name, UID: uid},
 		},
 	}
 	if expirySeconds != 0 {
@@ -72,7 +74,7 @@ func (c *ControlPlane) PodToken(ctx context.Context, ns, sa string, pod *corev1.
 	}
 	resp, err := c.client.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, req, metav1.CreateOptions{})
 	if err != nil {
-		return "", fmt.Errorf("token for %s/%s bound to pod %s: %w", ns, sa, pod.Name, err)
+		return "", fmt.Errorf("token for %s/%s bound to %s %s: %w", ns, sa, kind, name, err)
 	}
 	return resp.Status.Token, nil
 }
