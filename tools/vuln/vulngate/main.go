@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"sort"
+	"strings"
 )
 
 type message struct {
@@ -59,7 +60,7 @@ func main() {
 	failed := 0
 	for _, id := range ids {
 		where := called[id]
-		if len(where) > 7 && where[:7] == "stdlib@" {
+		if strings.HasPrefix(where, "stdlib@") {
 			fmt.Printf("standard library, not failed on: %s %s: %s\n", id, where, summaries[id])
 			continue
 		}
