@@ -28,11 +28,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/workload-ca/workload-ca/ca/castate"
-	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
 
 // Names every lifecycle fixture uses inside its own namespace.
@@ -165,7 +165,7 @@ func deleteSignerBundles(t *testing.T, s *suite, signer string) {
 		t.Errorf("list bundles: %v", err)
 		return
 	}
-	names := []string{trustbundle.IstioBundleName}
+	names := []string{clustertrustbundle.IstioBundleName}
 	for _, b := range list.Items {
 		names = append(names, b.Name)
 	}
@@ -509,7 +509,7 @@ func watchBundles(t *testing.T, s *suite, signer string) *bundleWatch {
 // informer's goroutine, after the store took the event.
 func (w *bundleWatch) record() {
 	now := time.Now()
-	own := map[string]string{trustbundle.LabelManagedBy: trustbundle.ManagedBy, trustbundle.LabelTrustDomain: "cluster.local"}
+	own := map[string]string{clustertrustbundle.LabelManagedBy: clustertrustbundle.ManagedBy, clustertrustbundle.LabelTrustDomain: "cluster.local"}
 	var snap bundleSnap
 	for _, obj := range w.store.List() {
 		b := obj.(*certv1.ClusterTrustBundle)

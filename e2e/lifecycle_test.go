@@ -21,10 +21,10 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/workload-ca/workload-ca/ca/castate"
-	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
 
 // Trust distribution and CA lifecycle, against the real apiserver with
@@ -95,7 +95,7 @@ func TestLifecycleTrustBundles(t *testing.T) {
 	name := strings.ReplaceAll(f.signer, "/", ":") + ":" + hex.EncodeToString(sum[:8])
 	bundles := f.s.cp.Client().CertificatesV1().ClusterTrustBundles()
 
-	want := map[string]string{name: f.signer, trustbundle.IstioBundleName: trustbundle.IstioSignerName}
+	want := map[string]string{name: f.signer, clustertrustbundle.IstioBundleName: clustertrustbundle.IstioSignerName}
 	uids := map[string]types.UID{}
 	for n, signer := range want {
 		uids[n] = waitBundle(t, f, n, signer, content).UID
@@ -150,7 +150,7 @@ func waitBundle(t *testing.T, f *lcFixture, name, signer, content string) *certv
 			return false, err
 		case b.Spec.SignerName != signer:
 			last = "signer " + b.Spec.SignerName
-		case b.Labels[trustbundle.LabelManagedBy] != trustbundle.ManagedBy || b.Labels[trustbundle.LabelTrustDomain] != "cluster.local":
+		case b.Labels[clustertrustbundle.LabelManagedBy] != clustertrustbundle.ManagedBy || b.Labels[clustertrustbundle.LabelTrustDomain] != "cluster.local":
 			last = fmt.Sprintf("labels %v", b.Labels)
 		case b.Spec.TrustBundle != content:
 			last = "other content"

@@ -16,10 +16,10 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/ca/keystore"
-	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // TestLifecyclePluginRootReload runs the CA on intermediates of a plug-in

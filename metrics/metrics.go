@@ -136,13 +136,13 @@ func (m *Metrics) CacheLookup(hit bool) {
 	m.cacheMiss.Inc()
 }
 
-// Published records a trust bundle reconciliation (trustbundle.Observer).
+// Published records a trust bundle reconciliation (clustertrustbundle.Observer).
 func (m *Metrics) Published(result string) { m.published.WithLabelValues(result).Inc() }
 
 // PodCertificate records a decided PodCertificateRequest (podcert.Observer).
 func (m *Metrics) PodCertificate(result string) { m.podCerts.WithLabelValues(result).Inc() }
 
-// PublishCounter counts reconciliations by result (rootconfigmap.Observer).
+// PublishCounter counts reconciliations by result (configmap.Observer).
 type PublishCounter struct{ c *prometheus.CounterVec }
 
 // Published records one reconciliation.

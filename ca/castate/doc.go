@@ -21,7 +21,7 @@
 // (keystore.LoadRootDir),
 // signing (package ca: the caller passes State.Material to
 // Authority.SetMaterial in its onChange), publishing the bundle (package
-// ca/trustbundle), or metrics.
+// trust/clustertrustbundle), or metrics.
 //
 // # The Secret
 //

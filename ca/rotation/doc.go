@@ -16,7 +16,7 @@
 // It does not own: where the state is kept or how replicas follow it
 // (ca/castate), how roots are generated (Config.Generate), leader
 // election (the caller runs Run only while leading), publishing the bundle
-// (ca/trustbundle publishes whatever the roots are), or metrics
+// (trust/clustertrustbundle publishes whatever the roots are), or metrics
 // registration (see Observer).
 //
 // # The default policy

@@ -20,8 +20,8 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
-	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
 
 // serveConfig is the validated configuration of `workload-ca serve`.
@@ -140,7 +140,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
 	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
 	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
-	fs.StringVar(&c.SignerName, "signer-name", trustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
+	fs.StringVar(&c.SignerName, "signer-name", clustertrustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
 	fs.StringVar(&rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")

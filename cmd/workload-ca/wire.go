@@ -30,13 +30,13 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
-	"github.com/workload-ca/workload-ca/ca/podcert"
-	"github.com/workload-ca/workload-ca/ca/rootconfigmap"
 	"github.com/workload-ca/workload-ca/ca/rotation"
-	"github.com/workload-ca/workload-ca/ca/trustbundle"
 	"github.com/workload-ca/workload-ca/metrics"
+	"github.com/workload-ca/workload-ca/podcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/server/admin"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
+	"github.com/workload-ca/workload-ca/trust/configmap"
 )
 
 func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -375,7 +375,7 @@ func (a *app) publishBundles(context.Context) error {
 	if !a.cfg.PublishTrustBundle {
 		return nil
 	}
-	p, err := trustbundle.New(trustbundle.Config{Client: a.kube.bundles, TrustDomain: a.cfg.TrustDomain,
+	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, TrustDomain: a.cfg.TrustDomain,
 		SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Roots: a.authority.Roots,
 		Observer: a.metrics, Logger: a.log.With("component", "trustbundle")})
 	if err != nil {
@@ -392,7 +392,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.cfg.IstioRootConfigMap {
 		return nil
 	}
-	p, err := rootconfigmap.New(rootconfigmap.Config{Client: a.kube.rootConfigMaps, TrustDomain: a.cfg.TrustDomain,
+	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, TrustDomain: a.cfg.TrustDomain,
 		Roots: a.authority.Roots, NamespaceSelector: a.cfg.IstioRootNamespaces,
 		Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")})
 	if err != nil {

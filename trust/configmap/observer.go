@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 // Observer receives the outcome of reconciles, for metrics. Implementations
 // must be safe for concurrent use and fast.

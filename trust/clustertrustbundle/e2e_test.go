@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 import (
 	"crypto/x509"

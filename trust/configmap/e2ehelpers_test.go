@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 import (
 	"crypto/x509"
@@ -13,8 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // publisherNamespace holds the service accounts the e2e publishers run as.

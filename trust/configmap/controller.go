@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 import (
 	"context"
@@ -18,9 +18,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // errRequeue marks a reconcile that lost a race with another writer: the

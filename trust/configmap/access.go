@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func checkAccess(ctx context.Context, client kubernetes.Interface) error {
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("rootconfigmap: %w: RBAC must allow, in the core API group and in all namespaces: %s",
+		return fmt.Errorf("configmap: %w: RBAC must allow, in the core API group and in all namespaces: %s",
 			ErrPermissionDenied, strings.Join(missing, "; "))
 	}
 	return nil
@@ -82,7 +82,7 @@ func allowed(ctx context.Context, client kubernetes.Interface, perm permission) 
 	}}
 	resp, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {
-		return false, fmt.Errorf("rootconfigmap: checking permission %s: %w", perm, err)
+		return false, fmt.Errorf("configmap: checking permission %s: %w", perm, err)
 	}
 	return resp.Status.Allowed, nil
 }

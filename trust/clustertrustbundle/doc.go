@@ -1,4 +1,4 @@
-// Package trustbundle publishes the CA's root certificates as
+// Package clustertrustbundle publishes the CA's root certificates as
 // ClusterTrustBundles (certificates.k8s.io/v1, or v1beta1 when v1 is not
 // served; discovery decides once when Run starts), so that pods can mount
 // them with a clusterTrustBundle projected volume.
@@ -78,4 +78,4 @@
 //
 // Run checks these with SelfSubjectAccessReviews before it starts, and
 // returns an error wrapping ErrPermissionDenied that names what is missing.
-package trustbundle
+package clustertrustbundle

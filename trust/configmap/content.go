@@ -1,9 +1,9 @@
-package rootconfigmap
+package configmap
 
 import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // The ConfigMap Istio's sidecars and ztunnel mount to verify the CA.

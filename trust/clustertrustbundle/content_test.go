@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 import (
 	"crypto/x509"
@@ -11,8 +11,8 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/kubernetes/fake"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // Bundle content is the roots' canonical PEM (see package rootset), and

@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 // Observer receives the outcome of reconciles, for metrics. Implementations
 // must be safe for concurrent use and fast.

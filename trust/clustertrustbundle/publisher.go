@@ -1,4 +1,4 @@
-package rootconfigmap
+package clustertrustbundle
 
 import (
 	"context"
@@ -6,11 +6,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync/atomic"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/clock"
@@ -28,38 +28,39 @@ type Config struct {
 	Client kubernetes.Interface
 	// TrustDomain is the value of the LabelTrustDomain label.
 	TrustDomain spiffeid.TrustDomain
+	// SignerName links our bundles to a signer. Default DefaultSignerName.
+	SignerName string
+	// IstioCompatible also publishes IstioBundleName (signer
+	// IstioSignerName), which Istio's charts mount by name.
+	IstioCompatible bool
 	// Roots returns the current roots. It is called on every reconcile,
 	// must be safe for concurrent use, and must not block.
 	Roots func() []*x509.Certificate
-	// NamespaceSelector picks the namespaces that get the ConfigMap, by
-	// their labels. Nil selects every namespace.
-	NamespaceSelector labels.Selector
 	// Observer, if set, is told the outcome of every reconcile.
 	Observer Observer
 	Logger   *slog.Logger
 	// Clock drives the periodic resync and the workqueue's retry delays.
 	Clock clock.WithTicker
-	// ResyncPeriod is how often every namespace is reconciled without a
+	// ResyncPeriod is how often every bundle is reconciled without a
 	// trigger. Default DefaultResyncPeriod.
 	ResyncPeriod time.Duration
-	// RepairInterval is the least time between two repairs of one
-	// namespace's ConfigMap after someone else changed its roots. Default
+	// RepairInterval is the least time between two repairs of one bundle
+	// after someone else changed its content. Default
 	// contest.DefaultInterval.
 	RepairInterval time.Duration
 }
 
-// Publisher keeps the CA's roots published as the ConfigMap ConfigMapName
-// in every selected namespace.
+// Publisher keeps the CA's roots published as ClusterTrustBundles.
 type Publisher struct {
-	client   kubernetes.Interface
-	roots    func() []*x509.Certificate
-	selector labels.Selector
-	labels   map[string]string
-	obs      Observer
-	log      *slog.Logger
-	clock    clock.WithTicker
-	resync   time.Duration
-	repair   time.Duration
+	client  kubernetes.Interface
+	roots   func() []*x509.Certificate
+	labels  map[string]string
+	targets map[string]target // by signer name, which is the queue key
+	obs     Observer
+	log     *slog.Logger
+	clock   clock.WithTicker
+	resync  time.Duration
+	repair  time.Duration
 
 	running atomic.Bool
 	active  keyloop.Current
@@ -68,19 +69,23 @@ type Publisher struct {
 // New checks cfg and returns a Publisher; Run starts it.
 func New(cfg Config) (*Publisher, error) {
 	if err := cfg.applyDefaults(); err != nil {
-		return nil, fmt.Errorf("rootconfigmap: %w", err)
+		return nil, fmt.Errorf("clustertrustbundle: %w", err)
 	}
-	return &Publisher{
-		client:   cfg.Client,
-		roots:    cfg.Roots,
-		selector: cfg.NamespaceSelector,
-		labels:   ownLabels(cfg.TrustDomain),
-		obs:      cfg.Observer,
-		log:      cfg.Logger,
-		clock:    cfg.Clock,
-		resync:   cfg.ResyncPeriod,
-		repair:   cfg.RepairInterval,
-	}, nil
+	p := &Publisher{
+		client:  cfg.Client,
+		roots:   cfg.Roots,
+		labels:  ownLabels(cfg.TrustDomain),
+		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName}},
+		obs:     cfg.Observer,
+		log:     cfg.Logger,
+		clock:   cfg.Clock,
+		resync:  cfg.ResyncPeriod,
+		repair:  cfg.RepairInterval,
+	}
+	if cfg.IstioCompatible {
+		p.targets[IstioSignerName] = target{signer: IstioSignerName, fixedName: IstioBundleName}
+	}
+	return p, nil
 }
 
 func (c *Config) applyDefaults() error {
@@ -97,8 +102,14 @@ func (c *Config) applyDefaults() error {
 	if errs := validation.IsValidLabelValue(c.TrustDomain.Name()); len(errs) > 0 {
 		return fmt.Errorf("trust domain %q cannot be a label value: %v", c.TrustDomain.Name(), errs)
 	}
-	if c.NamespaceSelector == nil {
-		c.NamespaceSelector = labels.Everything()
+	if c.SignerName == "" {
+		c.SignerName = DefaultSignerName
+	}
+	if c.SignerName == IstioSignerName {
+		return fmt.Errorf("SignerName %s is reserved: set IstioCompatible instead", IstioSignerName)
+	}
+	if err := validateSignerName(c.SignerName); err != nil {
+		return err
 	}
 	if c.Observer == nil {
 		c.Observer = nopObserver{}
@@ -118,26 +129,40 @@ func (c *Config) applyDefaults() error {
 	return nil
 }
 
-// Run publishes the roots until ctx ends, then returns nil. It first
-// checks permissions; it returns an error wrapping ErrPermissionDenied, or
-// a review error, without retrying. After that, failed reconciles are
-// logged, reported to the Observer and retried with backoff. Only the
-// leader should run it; Run may be called again after it returns.
+// Run publishes the roots until ctx ends, then returns nil. It first picks
+// the API version (discovery) and checks permissions; it returns an error
+// wrapping ErrNotServed or ErrPermissionDenied, or a discovery or review
+// error, without retrying. After that, failed reconciles are logged,
+// reported to the Observer and retried with backoff. Only the leader
+// should run it; Run may be called again after it returns.
 func (p *Publisher) Run(ctx context.Context) error {
 	if !p.running.CompareAndSwap(false, true) {
-		return errors.New("rootconfigmap: Run is already running")
+		return errors.New("clustertrustbundle: Run is already running")
 	}
 	defer p.running.Store(false)
-	if err := checkAccess(ctx, p.client); err != nil {
+	api, err := detectAPI(ctx, p.client)
+	if err != nil {
 		return err
 	}
-	p.log.InfoContext(ctx, "publishing roots as ConfigMaps",
-		"configMap", ConfigMapName, "namespaceSelector", p.selector.String())
-	p.active.Run(ctx, newRun(p).loop())
+	if err := checkAccess(ctx, p.client, p.signers()); err != nil {
+		return err
+	}
+	p.log.InfoContext(ctx, "publishing roots as ClusterTrustBundles",
+		"apiVersion", api.version, "signers", p.signers())
+	p.active.Run(ctx, newRun(p, api).loop())
 	return nil
 }
 
-// Trigger asks for a reconcile of every namespace, e.g. after the roots
+// Trigger asks for a reconcile of every bundle, e.g. after the roots
 // changed. It does not block, and does nothing unless Run is running (Run
 // reconciles everything when it starts).
 func (p *Publisher) Trigger() { p.active.EnqueueAll() }
+
+func (p *Publisher) signers() []string {
+	out := make([]string, 0, len(p.targets))
+	for s := range p.targets {
+		out = append(out, s)
+	}
+	slices.Sort(out)
+	return out
+}

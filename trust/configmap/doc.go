@@ -1,9 +1,9 @@
-// Package rootconfigmap publishes the CA's root certificates as the
+// Package configmap publishes the CA's root certificates as the
 // ConfigMap istio-ca-root-cert (key root-cert.pem) in every selected
 // namespace, which Istio's sidecars and ztunnel mount to verify the CA's
 // serving certificate. It does what istiod's namespace controller and
 // cert-manager's istio-csr do for their own roots, for clusters that do
-// not use Istio's ClusterTrustBundle support (see package trustbundle).
+// not use Istio's ClusterTrustBundle support (see package clustertrustbundle).
 //
 // It owns: turning the roots into the ConfigMap's content (PEM
 // "CERTIFICATE" blocks, no duplicates, CA certificates only, ordered by
@@ -81,4 +81,4 @@
 //
 // Run checks these with SelfSubjectAccessReviews before it starts, and
 // returns an error wrapping ErrPermissionDenied that names what is missing.
-package rootconfigmap
+package configmap

@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func checkAccess(ctx context.Context, client kubernetes.Interface, signers []str
 		}
 	}
 	if len(missing) > 0 {
-		return fmt.Errorf("trustbundle: %w: RBAC must allow, in group %s: %s",
+		return fmt.Errorf("clustertrustbundle: %w: RBAC must allow, in group %s: %s",
 			ErrPermissionDenied, certificatesGroup, strings.Join(missing, "; "))
 	}
 	return nil
@@ -69,7 +69,7 @@ func allowed(ctx context.Context, client kubernetes.Interface, verb, resource, n
 	}}
 	resp, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
 	if err != nil {
-		return false, fmt.Errorf("trustbundle: checking permission %s on %s: %w", verb, resource, err)
+		return false, fmt.Errorf("clustertrustbundle: checking permission %s on %s: %w", verb, resource, err)
 	}
 	return resp.Status.Allowed, nil
 }

@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 import (
 	"context"
@@ -44,7 +44,7 @@ func detectAPI(ctx context.Context, client kubernetes.Interface) (*bundleAPI, er
 	for _, gv := range []string{certv1.SchemeGroupVersion.String(), certv1beta1.SchemeGroupVersion.String()} {
 		ok, err := servesBundles(ctx, d, gv)
 		if err != nil {
-			return nil, fmt.Errorf("trustbundle: discovery of %s: %w", gv, err)
+			return nil, fmt.Errorf("clustertrustbundle: discovery of %s: %w", gv, err)
 		}
 		if !ok {
 			continue
@@ -54,7 +54,7 @@ func detectAPI(ctx context.Context, client kubernetes.Interface) (*bundleAPI, er
 		}
 		return v1beta1API(client), nil
 	}
-	return nil, fmt.Errorf("trustbundle: %w: the apiserver serves neither certificates.k8s.io/v1 nor v1beta1 clustertrustbundles", ErrNotServed)
+	return nil, fmt.Errorf("clustertrustbundle: %w: the apiserver serves neither certificates.k8s.io/v1 nor v1beta1 clustertrustbundles", ErrNotServed)
 }
 
 func servesBundles(ctx context.Context, d discovery.DiscoveryInterfaces, gv string) (bool, error) {

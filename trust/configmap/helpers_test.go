@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 import (
 	"crypto/x509"
@@ -8,9 +8,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
 	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 var testTD = spiffeid.RequireTrustDomainFromString("example.org")

@@ -1,4 +1,4 @@
-package rootconfigmap
+package configmap
 
 import (
 	"crypto/x509"

@@ -1,4 +1,4 @@
-package trustbundle
+package clustertrustbundle
 
 import (
 	"crypto/sha256"
@@ -10,7 +10,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/util/validation"
 
-	"github.com/workload-ca/workload-ca/ca/rootset"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // Signer and bundle names.
