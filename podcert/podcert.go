@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	authorizationv1 "k8s.io/api/authorization/v1"
 	certv1 "k8s.io/api/certificates/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +23,7 @@ import (
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 )
 
 // Signer issues certificates; *ca.Authority is one.
@@ -126,8 +126,8 @@ func (nopObserver) PodCertificate(string) {}
 
 // Run checks its permissions, then signs requests until ctx ends.
 func (c *Controller) Run(ctx context.Context) error {
-	if err := checkAccess(ctx, c.cfg.Client, c.cfg.SignerName); err != nil {
-		return err
+	if err := rbac.Check(ctx, c.cfg.Client, permissions(c.cfg.SignerName)...); err != nil {
+		return fmt.Errorf("podcert: %w", err)
 	}
 	c.cfg.Logger.InfoContext(ctx, "signing PodCertificateRequests", "signer", c.cfg.SignerName)
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -310,37 +310,15 @@ func (c *Controller) audit(ctx context.Context, pcr *certv1.PodCertificateReques
 	c.cfg.Audit.LogAttrs(ctx, level, msg, attrs...)
 }
 
-// checkAccess verifies that the CA may watch the signer's requests, write
-// their status, and sign for the signer: without the last, the API server
-// refuses every status update.
-func checkAccess(ctx context.Context, client kubernetes.Interface, signer string) error {
+// permissions is what the signer needs: to watch the signer's requests,
+// write their status, and sign for the signer (without the last, the API
+// server refuses every status update).
+func permissions(signer string) []rbac.Permission {
 	group := certv1.SchemeGroupVersion.Group
-	checks := []authorizationv1.ResourceAttributes{
+	return []rbac.Permission{
 		{Group: group, Resource: "podcertificaterequests", Verb: "list"},
 		{Group: group, Resource: "podcertificaterequests", Verb: "watch"},
 		{Group: group, Resource: "podcertificaterequests", Subresource: "status", Verb: "update"},
 		{Group: group, Resource: "signers", Name: signer, Verb: "sign"},
 	}
-	var missing []string
-	for _, attrs := range checks {
-		review := &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &attrs}}
-		res, err := client.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, review, metav1.CreateOptions{})
-		if err != nil {
-			return fmt.Errorf("podcert: checking access: %w", err)
-		}
-		if !res.Status.Allowed {
-			what := attrs.Resource
-			if attrs.Subresource != "" {
-				what += "/" + attrs.Subresource
-			}
-			if attrs.Name != "" {
-				what += " " + attrs.Name
-			}
-			missing = append(missing, attrs.Verb+" "+what)
-		}
-	}
-	if len(missing) > 0 {
-		return fmt.Errorf("podcert: the CA may not %s (%s): grant it in its ClusterRole", strings.Join(missing, ", "), group)
-	}
-	return nil
 }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testwait"
@@ -53,7 +54,7 @@ func grantSigner(t *testing.T, cp *controlplane.ControlPlane, user string, signe
 	if err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "RBAC for "+user, func() bool { return checkAccess(t.Context(), client, signers[0]) == nil })
+	testwait.Eventually(t, "RBAC for "+user, func() bool { return rbac.Check(t.Context(), client, permissions(signers[0])...) == nil })
 	return client
 }
 

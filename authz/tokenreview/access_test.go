@@ -11,6 +11,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/workload-ca/workload-ca/internal/rbac"
 )
 
 func TestCheckAccess(t *testing.T) {
@@ -25,19 +27,19 @@ func TestCheckAccess(t *testing.T) {
 		{
 			name:     "denied",
 			status:   authzv1.SubjectAccessReviewStatus{Reason: "no RBAC policy matched"},
-			wantErr:  ErrPermissionDenied,
+			wantErr:  rbac.ErrPermissionDenied,
 			wantText: "verb create on tokenreviews (group authentication.k8s.io): no RBAC policy matched",
 		},
 		{
 			name:     "denied with evaluation error",
 			status:   authzv1.SubjectAccessReviewStatus{EvaluationError: "webhook down"},
-			wantErr:  ErrPermissionDenied,
+			wantErr:  rbac.ErrPermissionDenied,
 			wantText: "evaluation error: webhook down",
 		},
 		{
 			name:     "API error",
 			apiErr:   apierrors.NewServiceUnavailable("try later"),
-			wantText: "checking permission to create tokenreviews: try later",
+			wantText: "checking permission verb create on tokenreviews (group authentication.k8s.io): try later",
 		},
 	}
 	for _, tc := range tests {

@@ -77,5 +77,5 @@
 //     istio.io/istiod-ca with IstioCompatible ("<domain>/*" also works).
 //
 // Run checks these with SelfSubjectAccessReviews before it starts, and
-// returns an error wrapping ErrPermissionDenied that names what is missing.
+// returns an error wrapping rbac.ErrPermissionDenied that names what is missing.
 package clustertrustbundle

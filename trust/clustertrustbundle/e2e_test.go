@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testwait"
@@ -236,7 +237,7 @@ func testNoAttest(t *testing.T, cp *controlplane.ControlPlane) {
 		t.Fatal(err)
 	}
 	err = p.Run(t.Context())
-	if !errors.Is(err, ErrPermissionDenied) || !strings.Contains(err.Error(), `attest on signers, resourceName "`+signer+`"`) ||
+	if !errors.Is(err, rbac.ErrPermissionDenied) || !strings.Contains(err.Error(), `attest on signers, resourceName "`+signer+`"`) ||
 		strings.Contains(err.Error(), "on clustertrustbundles") {
 		t.Fatalf("Run = %v; want ErrPermissionDenied naming only attest on %s", err, signer)
 	}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
@@ -83,8 +84,7 @@ func grantPublisher(t *testing.T, cp *controlplane.ControlPlane, user string, si
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, "RBAC for "+user, func() bool {
-		ok, err := allowed(t.Context(), client, "delete", "clustertrustbundles", "")
-		return err == nil && ok
+		return rbac.Check(t.Context(), client, rbac.Permission{Group: certificatesGroup, Resource: "clustertrustbundles", Verb: "delete"}) == nil
 	})
 	return client
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 )
 
 // DefaultResyncPeriod is how often Run reconciles without a trigger.
@@ -131,7 +132,7 @@ func (c *Config) applyDefaults() error {
 
 // Run publishes the roots until ctx ends, then returns nil. It first picks
 // the API version (discovery) and checks permissions; it returns an error
-// wrapping ErrNotServed or ErrPermissionDenied, or a discovery or review
+// wrapping ErrNotServed or rbac.ErrPermissionDenied, or a discovery or review
 // error, without retrying. After that, failed reconciles are logged,
 // reported to the Observer and retried with backoff. Only the leader
 // should run it; Run may be called again after it returns.
@@ -144,8 +145,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := checkAccess(ctx, p.client, p.signers()); err != nil {
-		return err
+	if err := rbac.Check(ctx, p.client, permissions(p.signers())...); err != nil {
+		return fmt.Errorf("clustertrustbundle: %w", err)
 	}
 	p.log.InfoContext(ctx, "publishing roots as ClusterTrustBundles",
 		"apiVersion", api.version, "signers", p.signers())

@@ -15,6 +15,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -123,10 +124,10 @@ func TestRunFailsFast(t *testing.T) {
 		excludes string
 	}{
 		{name: "not served", client: fakeCluster(allowAll), wantErr: ErrNotServed},
-		{name: "no attest", client: fakeCluster(noAttest, "v1"), istio: true, wantErr: ErrPermissionDenied,
+		{name: "no attest", client: fakeCluster(noAttest, "v1"), istio: true, wantErr: rbac.ErrPermissionDenied,
 			contains: []string{`attest on signers, resourceName "workload-ca.io/spiffe"`, `"istio.io/istiod-ca"`}},
 		{name: "domain wildcard is enough for our signer", client: fakeCluster(wildcardOnly, "v1"), istio: true,
-			wantErr: ErrPermissionDenied, contains: []string{`"istio.io/istiod-ca"`}, excludes: "spiffe"},
+			wantErr: rbac.ErrPermissionDenied, contains: []string{`"istio.io/istiod-ca"`}, excludes: "spiffe"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

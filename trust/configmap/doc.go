@@ -80,5 +80,5 @@
 // cache.
 //
 // Run checks these with SelfSubjectAccessReviews before it starts, and
-// returns an error wrapping ErrPermissionDenied that names what is missing.
+// returns an error wrapping rbac.ErrPermissionDenied that names what is missing.
 package configmap

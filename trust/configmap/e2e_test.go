@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -298,10 +299,10 @@ func testNoRBAC(t *testing.T, cp *controlplane.ControlPlane) {
 		t.Fatal(err)
 	}
 	err = p.Run(t.Context())
-	if !errors.Is(err, ErrPermissionDenied) {
+	if !errors.Is(err, rbac.ErrPermissionDenied) {
 		t.Fatalf("Run = %v; want ErrPermissionDenied", err)
 	}
-	for _, perm := range requiredPermissions() {
+	for _, perm := range permissions() {
 		if !strings.Contains(err.Error(), perm.String()) {
 			t.Errorf("error %q does not name %s", err, perm)
 		}

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testwait"
 
 	corev1 "k8s.io/api/core/v1"
@@ -86,6 +87,6 @@ func servicePublisher(t *testing.T, cp *controlplane.ControlPlane, name string, 
 	if err := cp.BindClusterRole(t.Context(), name, rules, subject); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "RBAC for "+name, func() bool { return checkAccess(t.Context(), client) == nil })
+	testwait.Eventually(t, "RBAC for "+name, func() bool { return rbac.Check(t.Context(), client, permissions()...) == nil })
 	return client
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/internal/contest"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
+	"github.com/workload-ca/workload-ca/internal/rbac"
 )
 
 // DefaultResyncPeriod is how often Run reconciles without a trigger.
@@ -119,7 +120,7 @@ func (c *Config) applyDefaults() error {
 }
 
 // Run publishes the roots until ctx ends, then returns nil. It first
-// checks permissions; it returns an error wrapping ErrPermissionDenied, or
+// checks permissions; it returns an error wrapping rbac.ErrPermissionDenied, or
 // a review error, without retrying. After that, failed reconciles are
 // logged, reported to the Observer and retried with backoff. Only the
 // leader should run it; Run may be called again after it returns.
@@ -128,8 +129,8 @@ func (p *Publisher) Run(ctx context.Context) error {
 		return errors.New("configmap: Run is already running")
 	}
 	defer p.running.Store(false)
-	if err := checkAccess(ctx, p.client); err != nil {
-		return err
+	if err := rbac.Check(ctx, p.client, permissions()...); err != nil {
+		return fmt.Errorf("configmap: %w", err)
 	}
 	p.log.InfoContext(ctx, "publishing roots as ConfigMaps",
 		"configMap", ConfigMapName, "namespaceSelector", p.selector.String())

@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	testclock "k8s.io/utils/clock/testing"
 
+	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -138,18 +139,18 @@ func TestRunFailsFast(t *testing.T) {
 		excludes string
 	}{
 		{name: "nothing allowed", allow: func(*authzv1.ResourceAttributes) bool { return false },
-			contains: []string{"verb get on configmaps named istio-ca-root-cert", "verb create on configmaps;",
+			contains: []string{`verb get on configmaps, resourceName "istio-ca-root-cert"`, "verb create on configmaps (group core);",
 				"verb list on namespaces", "verb watch on namespaces"}},
 		{name: "create restricted by name does not count",
 			allow: func(ra *authzv1.ResourceAttributes) bool {
 				return ra.Resource == "namespaces" || ra.Name == ConfigMapName
 			},
-			contains: []string{"verb create on configmaps"}, excludes: "named"},
+			contains: []string{"verb create on configmaps"}, excludes: "resourceName"},
 		{name: "one namespace only does not count",
 			allow: func(ra *authzv1.ResourceAttributes) bool {
 				return ra.Namespace != "" || ra.Resource == "namespaces"
 			},
-			contains: []string{"verb update on configmaps named istio-ca-root-cert"}, excludes: "on namespaces"},
+			contains: []string{`verb update on configmaps, resourceName "istio-ca-root-cert"`}, excludes: "on namespaces"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -161,7 +162,7 @@ func TestRunFailsFast(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
 			err = p.Run(ctx)
-			if !errors.Is(err, ErrPermissionDenied) {
+			if !errors.Is(err, rbac.ErrPermissionDenied) {
 				t.Fatalf("Run = %v, want ErrPermissionDenied", err)
 			}
 			for _, s := range tc.contains {
