@@ -136,7 +136,7 @@ func (m *Metrics) CacheLookup(hit bool) {
 	m.cacheMiss.Inc()
 }
 
-// Published records a trust bundle reconciliation (clustertrustbundle.Observer).
+// Published records a trust bundle reconciliation (trust.Observer).
 func (m *Metrics) Published(result string) { m.published.WithLabelValues(result).Inc() }
 
 // PodCertificate records a decided PodCertificateRequest (podcert.Observer).

@@ -35,6 +35,7 @@ import (
 	"github.com/workload-ca/workload-ca/podcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/server/admin"
+	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/configmap"
 )
@@ -375,9 +376,7 @@ func (a *app) publishBundles(context.Context) error {
 	if !a.cfg.PublishTrustBundle {
 		return nil
 	}
-	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, TrustDomain: a.cfg.TrustDomain,
-		SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Roots: a.authority.Roots,
-		Observer: a.metrics, Logger: a.log.With("component", "trustbundle")})
+	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Options: trust.Options{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots, Observer: a.metrics, Logger: a.log.With("component", "trustbundle")}})
 	if err != nil {
 		return err
 	}
@@ -392,9 +391,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.cfg.IstioRootConfigMap {
 		return nil
 	}
-	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, TrustDomain: a.cfg.TrustDomain,
-		Roots: a.authority.Roots, NamespaceSelector: a.cfg.IstioRootNamespaces,
-		Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")})
+	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: trust.Options{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots, Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")}})
 	if err != nil {
 		return err
 	}

@@ -2,9 +2,13 @@
 // Observer.
 package testobs
 
-import "sync"
+import (
+	"sync"
 
-// Results is an Observer of trustbundle and rootconfigmap that keeps
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// Results is an Observer of the trust publishers that keeps
 // every result it is told. Safe for concurrent use.
 type Results struct {
 	mu      sync.Mutex
@@ -29,4 +33,16 @@ func (r *Results) Count(result string) int {
 		}
 	}
 	return n
+}
+
+// WriteVerbs returns the verbs of the create, update and delete calls a
+// fake clientset was asked.
+func WriteVerbs(client *fake.Clientset) []string {
+	var out []string
+	for _, a := range client.Actions() {
+		if v := a.GetVerb(); v == "create" || v == "update" || v == "delete" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

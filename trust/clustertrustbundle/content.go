@@ -85,16 +85,6 @@ func ownLabels(td spiffeid.TrustDomain) map[string]string {
 	return map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: td.Name()}
 }
 
-// hasLabels reports whether have holds every label in want, with its value.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}
-
 // validateSignerName checks the form the apiserver requires,
 // "<DNS domain with a dot>/<path>", and reports errors in our terms.
 func validateSignerName(s string) error {

@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // e2eTimeout bounds every wait for the publisher to converge.
@@ -35,7 +36,7 @@ func TestE2E(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
 	user := grantPublisher(t, cp, "trustbundle-publisher", DefaultSignerName)
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Logger: testlog.New(t)})
+	p, err := New(Config{Client: user, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,9 +145,7 @@ func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
 	user := grantPublisher(t, cp, "trustbundle-istio", signer, IstioSignerName)
 	var logs testlog.Buffer
 	const interval = 3 * time.Second
-	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer, IstioCompatible: true,
-		Roots:  func() []*x509.Certificate { return ours },
-		Logger: slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, nil))), RepairInterval: interval})
+	p, err := New(Config{Client: user, SignerName: signer, IstioCompatible: true, Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return ours }, Logger: slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, nil))), RepairInterval: interval}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -171,7 +170,7 @@ func testIstio(t *testing.T, cp *controlplane.ControlPlane) {
 	first := time.Now()
 	istiod()
 	waitBundle(t, cp.Client(), IstioBundleName, IstioSignerName, ours...)
-	if !strings.Contains(logs.String(), "another writer changed the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
+	if !strings.Contains(logs.String(), "another writer changed the roots in the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
 		t.Fatalf("the repair was not logged with istiod's field manager:\n%s", logs.String())
 	}
 	istiod()
@@ -231,8 +230,7 @@ func testNoAttest(t *testing.T, cp *controlplane.ControlPlane) {
 	signer := "noattest.workload-ca.io/spiffe"
 	user := grantPublisher(t, cp, "trustbundle-noattest")
 	roots := testca.RootCerts(t, 1)
-	p, err := New(Config{Client: user, TrustDomain: testTD, SignerName: signer,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
+	p, err := New(Config{Client: user, SignerName: signer, Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -257,8 +255,7 @@ func TestE2EV1beta1(t *testing.T) {
 		"runtime-config": "certificates.k8s.io/v1/clustertrustbundles=false,certificates.k8s.io/v1beta1/clustertrustbundles=true",
 	}})
 	roots := testca.RootCerts(t, 1)
-	p, err := New(Config{Client: cp.Client(), TrustDomain: testTD,
-		Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)})
+	p, err := New(Config{Client: cp.Client(), Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -267,7 +264,7 @@ func TestE2EV1beta1(t *testing.T) {
 	bundles := cp.Client().CertificatesV1beta1().ClusterTrustBundles()
 	present := func() bool {
 		b, err := bundles.Get(t.Context(), name, metav1.GetOptions{})
-		return err == nil && b.Spec.SignerName == DefaultSignerName && hasLabels(b.Labels, ownLabels(testTD))
+		return err == nil && b.Spec.SignerName == DefaultSignerName && trust.HasLabels(b.Labels, ownLabels(testTD))
 	}
 	testwait.Eventually(t, "v1beta1 bundle "+name, present)
 	if err := bundles.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
 	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // waitBundle waits until bundle name exists with signer, our labels and
@@ -43,7 +44,7 @@ func bundleMismatch(b *certv1.ClusterTrustBundle, err error, signer string, root
 	if b.Spec.SignerName != signer {
 		return "signer " + b.Spec.SignerName
 	}
-	if !hasLabels(b.Labels, ownLabels(testTD)) {
+	if !trust.HasLabels(b.Labels, ownLabels(testTD)) {
 		return fmt.Sprintf("labels %v", b.Labels)
 	}
 	want := map[string]bool{}

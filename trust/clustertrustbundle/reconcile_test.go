@@ -19,7 +19,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testobs"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // state is what the tests compare of a bundle.
@@ -59,37 +61,37 @@ func TestReconcile(t *testing.T) {
 		wantErr  error
 	}{
 		{name: "absent: created", want: []*certv1.ClusterTrustBundle{want},
-			writes: []string{"create"}, result: ResultCreated},
+			writes: []string{"create"}, result: trust.ResultCreated},
 		{name: "already right: no write", existing: []*certv1.ClusterTrustBundle{want},
-			want: []*certv1.ClusterTrustBundle{want}, result: ResultUnchanged},
+			want: []*certv1.ClusterTrustBundle{want}, result: trust.ResultUnchanged},
 		{name: "trustBundle edited: repaired",
 			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, other, ours)},
-			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"update"}, result: ResultUpdated},
+			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "labels edited: ours restored, others kept",
 			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
 				map[string]string{"team": "x", LabelTrustDomain: "evil.org"})},
 			want: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
 				map[string]string{"team": "x", LabelManagedBy: ManagedBy, LabelTrustDomain: "example.org"})},
-			writes: []string{"update"}, result: ResultUpdated},
+			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "stale owned bundle: deleted after the new one is created",
 			existing: []*certv1.ClusterTrustBundle{bundle(hashedName(old), DefaultSignerName, old, ours)},
-			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"create", "delete"}, result: ResultCreated},
+			want:     []*certv1.ClusterTrustBundle{want}, writes: []string{"create", "delete"}, result: trust.ResultCreated},
 		{name: "unowned, other trust domain, other signer: untouched",
 			existing: []*certv1.ClusterTrustBundle{manual, foreignTD, otherSigner},
 			want:     []*certv1.ClusterTrustBundle{manual, foreignTD, otherSigner, want},
-			writes:   []string{"create"}, result: ResultCreated},
+			writes:   []string{"create"}, result: trust.ResultCreated},
 		{name: "no roots: error, nothing deleted", noRoots: true,
 			existing: []*certv1.ClusterTrustBundle{want}, want: []*certv1.ClusterTrustBundle{want},
-			result: ResultError, wantErr: ErrInvalidRoots},
+			result: trust.ResultError, wantErr: ErrInvalidRoots},
 		{name: "istio: both published", istio: true,
 			want:   []*certv1.ClusterTrustBundle{wantIstio, want},
-			writes: []string{"create", "create"}, result: ResultCreated},
+			writes: []string{"create", "create"}, result: trust.ResultCreated},
 		{name: "istio: fixed name adopted and updated in place, stale istio bundle deleted", istio: true,
 			existing: []*certv1.ClusterTrustBundle{want,
 				bundle(IstioBundleName, IstioSignerName, old, nil),
 				bundle("istio.io:istiod-ca:old", IstioSignerName, old, ours)},
 			want:   []*certv1.ClusterTrustBundle{wantIstio, want},
-			writes: []string{"update", "delete"}, result: ResultUpdated},
+			writes: []string{"update", "delete"}, result: trust.ResultUpdated},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -97,7 +99,7 @@ func TestReconcile(t *testing.T) {
 			if !tc.noRoots {
 				rs.Set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
 			}
-			client, r := newTestRun(t, Config{IstioCompatible: tc.istio, Roots: rs.Get}, tc.existing...)
+			client, r := newTestRun(t, Config{IstioCompatible: tc.istio, Options: trust.Options{Roots: rs.Get}}, tc.existing...)
 			var result string
 			var err error
 			for _, signer := range []string{DefaultSignerName, IstioSignerName} {
@@ -114,7 +116,7 @@ func TestReconcile(t *testing.T) {
 			if diff := cmp.Diff(states(tc.want), listStates(t, client)); diff != "" {
 				t.Errorf("bundles (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.writes, writeVerbs(client)); diff != "" {
+			if diff := cmp.Diff(tc.writes, testobs.WriteVerbs(client)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 		})
@@ -169,17 +171,6 @@ func listStates(t *testing.T, client *fake.Clientset) []state {
 	return states(bs)
 }
 
-// writeVerbs returns the verbs of the create, update and delete calls made.
-func writeVerbs(client *fake.Clientset) []string {
-	var out []string
-	for _, a := range client.Actions() {
-		if v := a.GetVerb(); v == "create" || v == "update" || v == "delete" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 // TestReconcileDeleteUsesPreconditions checks that a stale bundle is
 // deleted only in the version the cache holds.
 func TestReconcileDeleteUsesPreconditions(t *testing.T) {
@@ -188,7 +179,7 @@ func TestReconcileDeleteUsesPreconditions(t *testing.T) {
 	stale.UID, stale.ResourceVersion = "uid-1", "7"
 	rs := &testca.Roots{}
 	rs.Set(roots[1])
-	client, r := newTestRun(t, Config{Roots: rs.Get}, stale)
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}}, stale)
 	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
 		t.Fatal(err)
 	}
@@ -211,12 +202,12 @@ func TestReconcileRootsReordered(t *testing.T) {
 	roots := testca.RootCerts(t, 2)
 	rs := &testca.Roots{}
 	rs.Set(roots[0], roots[1])
-	client, r := newTestRun(t, Config{Roots: rs.Get},
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}},
 		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD)))
 	rs.Set(roots[1], roots[0], roots[0])
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
-	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
-		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
+	if err != nil || result != trust.ResultUnchanged || len(testobs.WriteVerbs(client)) != 0 {
+		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, testobs.WriteVerbs(client))
 	}
 }
 
@@ -229,7 +220,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	name := hashedName(content)
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
-	client, r := newTestRun(t, Config{Roots: rs.Get})
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
 	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD))); err != nil {
 		t.Fatal(err)
 	}
@@ -244,10 +235,10 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 		return false, nil, nil
 	})
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
-	if err != nil || result != ResultCreated {
-		t.Fatalf("reconcile = %q, %v; want %q", result, err, ResultCreated)
+	if err != nil || result != trust.ResultCreated {
+		t.Fatalf("reconcile = %q, %v; want %q", result, err, trust.ResultCreated)
 	}
-	if diff := cmp.Diff([]string{"create", "create"}, writeVerbs(client)); diff != "" {
+	if diff := cmp.Diff([]string{"create", "create"}, testobs.WriteVerbs(client)); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
 	want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
@@ -267,13 +258,13 @@ func TestReconcileCacheLag(t *testing.T) {
 		result     string
 		writes     []string
 	}{
-		{"live copy right", content, ResultUnchanged, []string{"create"}},
-		{"live copy edited", mustContent(t, roots[1]), ResultUpdated, []string{"create", "update"}},
+		{"live copy right", content, trust.ResultUnchanged, []string{"create"}},
+		{"live copy edited", mustContent(t, roots[1]), trust.ResultUpdated, []string{"create", "update"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			rs := &testca.Roots{}
 			rs.Set(roots[0])
-			client, r := newTestRun(t, Config{Roots: rs.Get})
+			client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
 			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD))); err != nil {
 				t.Fatal(err)
 			}
@@ -281,7 +272,7 @@ func TestReconcileCacheLag(t *testing.T) {
 			if err != nil || result != tc.result {
 				t.Fatalf("reconcile = %q, %v; want %q", result, err, tc.result)
 			}
-			if diff := cmp.Diff(tc.writes, writeVerbs(client)); diff != "" {
+			if diff := cmp.Diff(tc.writes, testobs.WriteVerbs(client)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 			want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
@@ -303,8 +294,7 @@ func TestReconcileContested(t *testing.T) {
 	ours, theirs := mustContent(t, roots[0]), mustContent(t, roots[1])
 	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	var logs bytes.Buffer
-	client, r := newTestRun(t, Config{Roots: rs.Get, IstioCompatible: true, Clock: clk, RepairInterval: time.Minute,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+	client, r := newTestRun(t, Config{IstioCompatible: true, Options: trust.Options{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))}},
 		bundle(IstioBundleName, IstioSignerName, ours, ownLabels(testTD)))
 	ctx := context.Background()
 	bundles := client.CertificatesV1().ClusterTrustBundles()
@@ -349,27 +339,27 @@ func TestReconcileContested(t *testing.T) {
 		}
 	}
 
-	reconcile(ResultUnchanged)
+	reconcile(trust.ResultUnchanged)
 	rival()
-	reconcile(ResultRepaired)
+	reconcile(trust.ResultRepaired)
 	holds(ours)
-	if !strings.Contains(logs.String(), "another writer changed the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
+	if !strings.Contains(logs.String(), "another writer changed the roots in the ClusterTrustBundle") || !strings.Contains(logs.String(), "pilot-discovery") {
 		t.Fatalf("the repair was not logged with the other writer:\n%s", logs.String())
 	}
 
 	clk.Step(10 * time.Second)
 	rival()
-	reconcile(ResultDeferred)
+	reconcile(trust.ResultDeferred)
 	holds(theirs)
 	clk.Step(50 * time.Second)
 	testwait.Eventually(t, "signer re-queued after the interval", func() bool { return r.queue.Len() == 1 })
-	reconcile(ResultRepaired)
+	reconcile(trust.ResultRepaired)
 	holds(ours)
 
 	// Our own change of roots is not someone else's edit.
 	sync()
 	rs.Set(roots[2])
-	reconcile(ResultUpdated)
+	reconcile(trust.ResultUpdated)
 
 	// A new leader has no history, but the stamp its predecessor left says
 	// what was written: another writer's edit is still repaired, and a
@@ -387,13 +377,13 @@ func TestReconcileContested(t *testing.T) {
 		return next
 	}
 	rival()
-	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != ResultRepaired {
-		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, ResultRepaired)
+	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != trust.ResultRepaired {
+		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, trust.ResultRepaired)
 	}
 	holds(mustContent(t, roots[2]))
 	rs.Set(roots[0])
-	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != ResultUpdated {
-		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, ResultUpdated)
+	if result, err := leader().reconcile(ctx, IstioSignerName); err != nil || result != trust.ResultUpdated {
+		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, trust.ResultUpdated)
 	}
 	holds(ours)
 }

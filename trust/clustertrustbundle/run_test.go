@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // fakeCluster returns a fake clientset that serves ClusterTrustBundles in
@@ -57,7 +58,7 @@ func TestRun(t *testing.T) {
 	rs.Set(roots[0])
 	rec := &testobs.Results{}
 	fc := testclock.NewFakeClock(time.Now())
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
+	p, err := New(Config{Client: client, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,7 +67,7 @@ func TestRun(t *testing.T) {
 
 	first := hashedName(mustContent(t, roots[0]))
 	testwait.Eventually(t, "first bundle, seen by the informer", func() bool {
-		return exists(client, first) && rec.Count(ResultUnchanged) > 0
+		return exists(client, first) && rec.Count(trust.ResultUnchanged) > 0
 	})
 
 	rs.Set(roots[0], roots[1])
@@ -79,7 +80,7 @@ func TestRun(t *testing.T) {
 	rs.Set(roots[1])
 	last := hashedName(mustContent(t, roots[1]))
 	testwait.Eventually(t, "resync to publish new roots without a trigger", func() bool {
-		fc.Step(DefaultResyncPeriod)
+		fc.Step(trust.DefaultResyncPeriod)
 		return exists(client, last) && !exists(client, both)
 	})
 
@@ -87,7 +88,7 @@ func TestRun(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, "deleted bundle re-created", func() bool { return exists(client, last) })
-	if n := rec.Count(ResultError); n != 0 {
+	if n := rec.Count(trust.ResultError); n != 0 {
 		t.Errorf("%d reconciles failed", n)
 	}
 }
@@ -95,7 +96,7 @@ func TestRun(t *testing.T) {
 func TestRunFallsBackToV1beta1(t *testing.T) {
 	roots := testca.RootCerts(t, 1)
 	client := fakeCluster(allowAll, "v1beta1")
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }})
+	p, err := New(Config{Client: client, Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,8 +132,7 @@ func TestRunFailsFast(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := New(Config{Client: tc.client, TrustDomain: testTD, IstioCompatible: tc.istio,
-				Roots: func() []*x509.Certificate { return nil }})
+			p, err := New(Config{Client: tc.client, IstioCompatible: tc.istio, Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return nil }}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -151,19 +151,5 @@ func TestRunFailsFast(t *testing.T) {
 				t.Errorf("error %q contains %q", err, tc.excludes)
 			}
 		})
-	}
-}
-
-func TestRunTwice(t *testing.T) {
-	roots := testca.RootCerts(t, 1)
-	p, err := New(Config{Client: fakeCluster(allowAll, "v1"), TrustDomain: testTD,
-		Roots: func() []*x509.Certificate { return roots }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startRun(t, p)
-	testwait.Eventually(t, "Run to start", func() bool { return p.running.Load() })
-	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
-		t.Fatalf("second Run = %v, want already running", err)
 	}
 }

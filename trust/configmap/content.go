@@ -41,13 +41,3 @@ func ownLabels(td spiffeid.TrustDomain) map[string]string {
 		LabelIstioConfig: "true",
 	}
 }
-
-// hasLabels reports whether have holds every label in want, with its value.
-func hasLabels(have, want map[string]string) bool {
-	for k, v := range want {
-		if got, ok := have[k]; !ok || got != v {
-			return false
-		}
-	}
-	return true
-}

@@ -5,31 +5,27 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 func TestNew(t *testing.T) {
 	client := fake.NewClientset()
 	roots := func() []*x509.Certificate { return nil }
-	long := spiffeid.RequireTrustDomainFromString(strings.Repeat("a", 64) + ".org")
 	for _, tc := range []struct {
 		name    string
 		cfg     Config
 		wantErr string
 	}{
-		{"defaults", Config{Client: client, TrustDomain: testTD, Roots: roots}, ""},
-		{"no client", Config{TrustDomain: testTD, Roots: roots}, "missing Client"},
-		{"no roots", Config{Client: client, TrustDomain: testTD}, "missing Roots"},
-		{"no trust domain", Config{Client: client, Roots: roots}, "missing TrustDomain"},
-		{"trust domain too long for a label", Config{Client: client, TrustDomain: long, Roots: roots}, "label value"},
-		{"negative resync", Config{Client: client, TrustDomain: testTD, Roots: roots, ResyncPeriod: -1}, "negative"},
+		{"defaults", Config{Client: client, Options: trust.Options{TrustDomain: testTD, Roots: roots}}, ""},
+		{"no client", Config{Options: trust.Options{TrustDomain: testTD, Roots: roots}}, "missing Client"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p, err := New(tc.cfg)
 			if tc.wantErr == "" {
-				if err != nil || p.resync != DefaultResyncPeriod || !p.selector.Empty() {
-					t.Fatalf("New = %v; want defaults (resync %v, selector %q)", err, p.resync, p.selector)
+				if err != nil || p.opts.ResyncPeriod != trust.DefaultResyncPeriod || !p.selector.Empty() {
+					t.Fatalf("New = %v; want defaults (resync %v, selector %q)", err, p.opts.ResyncPeriod, p.selector)
 				}
 				return
 			}

@@ -2,9 +2,7 @@ package configmap
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"maps"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
@@ -18,15 +16,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
-	"github.com/workload-ca/workload-ca/internal/contest"
-	"github.com/workload-ca/workload-ca/internal/keyloop"
+	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/rootset"
 )
-
-// errRequeue marks a reconcile that lost a race with another writer: the
-// ConfigMap changed between the cache read and our write. It is retried
-// with backoff like an error, but is not one.
-var errRequeue = errors.New("ConfigMap changed meanwhile")
 
 // run is the state of one Run: the namespace and ConfigMap informers and
 // stores, and the workqueue, keyed by namespace name.
@@ -36,20 +28,14 @@ type run struct {
 	namespaces cache.Store // keyed by name
 	configMaps cache.Store // keyed by namespace/name; only ConfigMapName
 	informers  []cache.Controller
-	// written knows, per namespace, the roots we last wrote or found
-	// there, to tell another writer's edits from our own changes.
-	written *contest.Tracker
+	writer     *trust.Writer[*corev1.ConfigMap]
 }
 
 func newRun(p *Publisher) *run {
-	r := &run{
-		p:       p,
-		written: contest.NewTracker(p.clock, p.repair),
-		queue: workqueue.NewTypedRateLimitingQueueWithConfig(
-			workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Clock: p.clock}),
-	}
-	logger := logr.FromSlogHandler(p.log.Handler())
+	r := &run{p: p, queue: trust.NewQueue(p.opts.Clock)}
+	r.writer = trust.NewWriter(trust.WriterConfig[*corev1.ConfigMap]{Kind: kind, Objects: r, Labels: p.labels,
+		FieldManager: FieldManager, ContentField: []string{"data", DataKey}, Queue: r.queue, Options: p.opts})
+	logger := logr.FromSlogHandler(p.opts.Logger.Handler())
 	core := p.client.CoreV1()
 	// Every namespace is watched, not only selected ones: the selector is
 	// applied in reconcile, so a namespace whose labels change is
@@ -147,31 +133,15 @@ func namespaceOf(obj any) (string, bool) {
 	return ns, true
 }
 
-// loop is the run's controller loop: its informers, and every namespace
-// the cache knows as the keys (reconcile skips those not selected).
-func (r *run) loop() *keyloop.Loop {
-	return &keyloop.Loop{Queue: r.queue, Informers: r.informers, Keys: r.namespaces.ListKeys,
-		Reconcile: r.sync, Clock: r.p.clock, Resync: r.p.resync}
-}
+func (r *run) Queue() workqueue.TypedRateLimitingInterface[string] { return r.queue }
+func (r *run) Informers() []cache.Controller                       { return r.informers }
 
-// sync reconciles one namespace, reports the result, and logs a failure
-// (which the loop retries with backoff).
-func (r *run) sync(ctx context.Context, ns string) error {
-	result, err := r.reconcile(ctx, ns)
-	if ctx.Err() != nil {
-		return nil // shutting down: neither a result nor a retry
-	}
-	r.p.obs.Published(result)
-	switch {
-	case errors.Is(err, errRequeue):
-		r.p.log.DebugContext(ctx, "ConfigMap changed while publishing, will retry",
-			"namespace", ns, "error", err)
-	case err != nil:
-		r.p.log.ErrorContext(ctx, "publishing ConfigMap failed, will retry",
-			"namespace", ns, "retries", r.queue.NumRequeues(ns), "error", err)
-	}
-	return err
-}
+// Keys are every namespace the cache knows (reconcile skips those not
+// selected).
+func (r *run) Keys() []string { return r.namespaces.ListKeys() }
+
+// Reconcile converges one namespace (trust.Target).
+func (r *run) Reconcile(ctx context.Context, ns string) (string, error) { return r.reconcile(ctx, ns) }
 
 // reconcile converges namespace ns: if it is selected and not being
 // deleted, its ConfigMapName holds the current roots under DataKey and
@@ -179,18 +149,18 @@ func (r *run) sync(ctx context.Context, ns string) error {
 func (r *run) reconcile(ctx context.Context, ns string) (string, error) {
 	n, err := r.namespace(ns)
 	if err != nil {
-		return ResultError, err
+		return trust.ResultError, err
 	}
 	if why := r.skipReason(n); why != "" {
-		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", why)
-		r.written.Forget(ns)
-		return ResultSkipped, nil
+		r.p.opts.Logger.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", why)
+		r.writer.Forget(ns, ConfigMapName)
+		return trust.ResultSkipped, nil
 	}
-	content, err := rootset.PEM(r.p.roots())
+	content, err := rootset.PEM(r.p.opts.Roots())
 	if err != nil {
-		return ResultError, err
+		return trust.ResultError, err
 	}
-	return r.ensure(ctx, ns, content)
+	return r.writer.Ensure(ctx, ns, ConfigMapName, content)
 }
 
 // skipReason says why namespace n (nil: not in the cache) gets no
@@ -207,95 +177,58 @@ func (r *run) skipReason(n *corev1.Namespace) string {
 	return ""
 }
 
-// ensure creates the ConfigMap in ns, or updates it if its roots, their
-// stamp or our labels differ. Roots someone else wrote over ours are restored at most
-// once per RepairInterval (see repair).
-func (r *run) ensure(ctx context.Context, ns, content string) (string, error) {
-	cur, err := r.cachedConfigMap(ns)
-	if err != nil {
-		return ResultError, err
+// Content is the roots a ConfigMap holds (trust.Objects).
+func (r *run) Content(cm *corev1.ConfigMap) string { return cm.Data[DataKey] }
+
+// Cached returns the ConfigMap in ns from the informer's cache.
+func (r *run) Cached(ns, name string) (*corev1.ConfigMap, bool, error) {
+	obj, ok, err := r.configMaps.GetByKey(ns + "/" + name)
+	if err != nil || !ok {
+		return nil, false, err
 	}
-	if cur == nil {
-		var result string
-		if result, cur, err = r.createOrGet(ctx, ns, content); cur == nil {
-			if result == ResultCreated {
-				r.written.Wrote(ns, content)
-			}
-			return result, err
-		}
+	cm, ok := obj.(*corev1.ConfigMap)
+	if !ok {
+		return nil, false, fmt.Errorf("cache holds a %T for ConfigMap %s/%s", obj, ns, name)
 	}
-	if cur.Data[DataKey] == content && hasLabels(cur.Labels, r.p.labels) && contest.Stamped(cur.Annotations, content) {
-		r.written.Wrote(ns, content)
-		return ResultUnchanged, nil
-	}
-	if r.written.Edited(ns, cur.Data[DataKey], cur.Annotations) {
-		return r.repair(ctx, cur, content)
-	}
-	result, err := r.update(ctx, cur, content)
-	if err == nil {
-		r.written.Wrote(ns, content)
-	}
-	return result, err
+	return cm, true, nil
 }
 
-// repair restores our roots in cur, which someone else changed since we
-// wrote them. If it repaired this namespace less than RepairInterval ago,
-// it re-queues the namespace for when the interval ends instead. The other
-// writers are named from the live object's managed fields (the cache drops
-// them).
-func (r *run) repair(ctx context.Context, cur *corev1.ConfigMap, content string) (string, error) {
-	ns := cur.Namespace
-	if wait := r.written.Repair(ns); wait > 0 {
-		r.queue.AddAfter(ns, wait)
-		r.p.log.DebugContext(ctx, "roots in ConfigMap changed again by another writer; restoring them later",
-			"namespace", ns, "name", cur.Name, "in", wait)
-		return ResultDeferred, nil
-	}
-	live, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, cur.Name, metav1.GetOptions{})
+// Get reads the live ConfigMap; one deleted meanwhile requeues.
+func (r *run) Get(ctx context.Context, ns, name string) (*corev1.ConfigMap, error) {
+	live, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	switch {
 	case apierrors.IsNotFound(err):
-		return ResultRequeued, fmt.Errorf("%w: ConfigMap %s/%s deleted meanwhile", errRequeue, ns, cur.Name)
+		return nil, fmt.Errorf("%w: ConfigMap %s/%s deleted meanwhile", trust.ErrRequeue, ns, name)
 	case err != nil:
-		return ResultError, fmt.Errorf("get ConfigMap %s/%s: %w", ns, cur.Name, err)
+		return nil, fmt.Errorf("get ConfigMap %s/%s: %w", ns, name, err)
 	}
-	writers := contest.Writers(live, FieldManager, "data", DataKey)
-	if len(writers) == 0 {
-		writers = []string{"unknown"}
-	}
-	r.p.log.WarnContext(ctx, "another writer changed the roots in ConfigMap; restoring them (is another publisher of it, such as istiod's, running?)",
-		"namespace", ns, "name", cur.Name, "writers", writers, "nextRepairAfter", r.p.repair)
-	live.ManagedFields = nil // unchanged: the API server keeps tracking them
-	if result, err := r.update(ctx, live, content); err != nil {
-		return result, err
-	}
-	r.written.Wrote(ns, content)
-	return ResultRepaired, nil
+	return live, nil
 }
 
-// createOrGet creates the ConfigMap in ns. If it exists already, the cache
+// CreateOrGet creates the ConfigMap in ns. If it exists already, the cache
 // lags behind a create (ours moments ago, or someone's): it returns the
 // live object to compare with instead.
-func (r *run) createOrGet(ctx context.Context, ns, content string) (string, *corev1.ConfigMap, error) {
-	err := r.create(ctx, ns, content)
+func (r *run) CreateOrGet(ctx context.Context, ns, name, content string) (*corev1.ConfigMap, bool, error) {
+	err := r.create(ctx, ns, name, content)
 	switch {
 	case err == nil:
-		return ResultCreated, nil, nil
+		return nil, false, nil
 	case namespaceGone(err):
 		// The cache has not yet seen the namespace's deletion; its event
 		// will come, and there is nothing to publish there.
-		r.p.log.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", "namespace is being deleted")
-		return ResultSkipped, nil, nil
+		r.p.opts.Logger.DebugContext(ctx, "not publishing ConfigMap", "namespace", ns, "reason", "namespace is being deleted")
+		return nil, false, trust.ErrSkip
 	case !apierrors.IsAlreadyExists(err):
-		return ResultError, nil, err
+		return nil, false, err
 	}
-	cur, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, ConfigMapName, metav1.GetOptions{})
+	cur, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return ResultRequeued, nil, fmt.Errorf("%w: ConfigMap %s/%s deleted after create found it", errRequeue, ns, ConfigMapName)
+		return nil, false, fmt.Errorf("%w: ConfigMap %s/%s deleted after create found it", trust.ErrRequeue, ns, name)
 	}
 	if err != nil {
-		return ResultError, nil, fmt.Errorf("get ConfigMap %s/%s: %w", ns, ConfigMapName, err)
+		return nil, false, fmt.Errorf("get ConfigMap %s/%s: %w", ns, name, err)
 	}
-	return "", cur, nil
+	return cur, true, nil
 }
 
 // namespaceGone reports whether a create failed because its namespace no
@@ -306,48 +239,41 @@ func namespaceGone(err error) bool {
 		(apierrors.IsForbidden(err) && apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause))
 }
 
-func (r *run) create(ctx context.Context, ns, content string) error {
-	cm := &corev1.ConfigMap{
-		ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: ns, Labels: maps.Clone(r.p.labels),
-			Annotations: contest.Stamp(nil, content)},
-		Data: map[string]string{DataKey: content},
-	}
+func (r *run) create(ctx context.Context, ns, name, content string) error {
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns}, Data: map[string]string{DataKey: content}}
+	r.writer.Mark(cm, content)
 	if _, err := r.p.client.CoreV1().ConfigMaps(ns).Create(ctx, cm, metav1.CreateOptions{FieldManager: FieldManager}); err != nil {
-		return fmt.Errorf("create ConfigMap %s/%s: %w", ns, ConfigMapName, err)
+		return fmt.Errorf("create ConfigMap %s/%s: %w", ns, name, err)
 	}
-	r.p.log.InfoContext(ctx, "created ConfigMap", "namespace", ns, "name", ConfigMapName)
+	r.p.opts.Logger.InfoContext(ctx, "created ConfigMap", "namespace", ns, "name", name)
 	return nil
 }
 
-// update writes content, its stamp and our labels over cur, keeping other
+// Update writes content, its stamp and our labels over cur, keeping other
 // data keys, labels and annotations. A ConfigMap someone else published
 // (e.g. istiod) is adopted this way.
-func (r *run) update(ctx context.Context, cur *corev1.ConfigMap, content string) (string, error) {
+func (r *run) Update(ctx context.Context, cur *corev1.ConfigMap, content string) error {
 	cm := cur.DeepCopy()
-	cm.Annotations = contest.Stamp(cm.Annotations, content)
+	r.writer.Mark(cm, content)
 	if cm.Data == nil {
 		cm.Data = make(map[string]string, 1)
 	}
 	cm.Data[DataKey] = content
 	// A key may not be in both data and binaryData.
 	delete(cm.BinaryData, DataKey)
-	if cm.Labels == nil {
-		cm.Labels = make(map[string]string, len(r.p.labels))
-	}
-	maps.Copy(cm.Labels, r.p.labels)
 	_, err := r.p.client.CoreV1().ConfigMaps(cm.Namespace).Update(ctx, cm, metav1.UpdateOptions{FieldManager: FieldManager})
 	switch {
 	case apierrors.IsNotFound(err) || apierrors.IsConflict(err):
 		// Deleted or edited since the cache saw it: its event re-queues
 		// the namespace too, but do not count on the cache being current.
-		return ResultRequeued, fmt.Errorf("%w: update ConfigMap %s/%s: %w", errRequeue, cm.Namespace, cm.Name, err)
+		return fmt.Errorf("%w: update ConfigMap %s/%s: %w", trust.ErrRequeue, cm.Namespace, cm.Name, err)
 	case err != nil:
-		return ResultError, fmt.Errorf("update ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
+		return fmt.Errorf("update ConfigMap %s/%s: %w", cm.Namespace, cm.Name, err)
 	}
-	r.p.log.InfoContext(ctx, "updated ConfigMap", "namespace", cm.Namespace, "name", cm.Name,
+	r.p.opts.Logger.InfoContext(ctx, "updated ConfigMap", "namespace", cm.Namespace, "name", cm.Name,
 		"contentChanged", cur.Data[DataKey] != content,
 		"adopted", cur.Labels[LabelManagedBy] != ManagedBy)
-	return ResultUpdated, nil
+	return nil
 }
 
 // namespace returns namespace ns from the informer's cache, or nil.
@@ -361,18 +287,4 @@ func (r *run) namespace(ns string) (*corev1.Namespace, error) {
 		return nil, fmt.Errorf("cache holds a %T for namespace %s", obj, ns)
 	}
 	return n, nil
-}
-
-// cachedConfigMap returns the ConfigMap in ns from the informer's cache,
-// or nil.
-func (r *run) cachedConfigMap(ns string) (*corev1.ConfigMap, error) {
-	obj, ok, err := r.configMaps.GetByKey(ns + "/" + ConfigMapName)
-	if err != nil || !ok {
-		return nil, err
-	}
-	cm, ok := obj.(*corev1.ConfigMap)
-	if !ok {
-		return nil, fmt.Errorf("cache holds a %T for ConfigMap %s/%s", obj, ns, ConfigMapName)
-	}
-	return cm, nil
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // e2eTimeout bounds every wait for the publisher to converge.
@@ -43,8 +44,7 @@ func TestE2E(t *testing.T) {
 	user := servicePublisher(t, cp, "rootconfigmap-publisher", documentedRules())
 	var logs testlog.Buffer
 	log := slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, nil)))
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: log,
-		RepairInterval: contestInterval})
+	p, err := New(Config{Client: user, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Observer: rec, Logger: log, RepairInterval: contestInterval}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestE2E(t *testing.T) {
 			testTerminating(t, admin, rec)
 		}},
 		{"no failed reconciles", func(t *testing.T) {
-			if n := rec.Count(ResultError); n != 0 {
+			if n := rec.Count(trust.ResultError); n != 0 {
 				t.Errorf("%d reconciles failed", n)
 			}
 			stop()
@@ -146,7 +146,7 @@ func testRepairEdit(t *testing.T, admin kubernetes.Interface, roots []*x509.Cert
 	}
 	// The repair is counted once its update returns, which can be after
 	// the test has seen it.
-	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) == 1 })
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(trust.ResultRepaired) == 1 })
 }
 
 // contestInterval is the publisher's RepairInterval in TestE2E.
@@ -169,13 +169,13 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 			t.Fatal(err)
 		}
 	}
-	repaired := rec.Count(ResultRepaired)
+	repaired := rec.Count(trust.ResultRepaired)
 	first := time.Now() // the first repair comes after this moment
 	rival()
 	waitRoots(t, admin, "alpha", roots[0])
-	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) >= repaired+1 })
-	if rec.Count(ResultRepaired) != repaired+1 {
-		t.Fatalf("%d repairs counted, want 1", rec.Count(ResultRepaired)-repaired)
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(trust.ResultRepaired) >= repaired+1 })
+	if rec.Count(trust.ResultRepaired) != repaired+1 {
+		t.Fatalf("%d repairs counted, want 1", rec.Count(trust.ResultRepaired)-repaired)
 	}
 	if !strings.Contains(logs.String(), "another writer changed the roots") || !strings.Contains(logs.String(), "pilot-discovery") {
 		t.Fatalf("the repair was not logged with the rival's field manager:\n%s", logs.String())
@@ -183,12 +183,12 @@ func testRival(t *testing.T, admin kubernetes.Interface, roots []*x509.Certifica
 
 	rival()
 	waitRoots(t, admin, "alpha", roots[0])
-	testwait.Eventually(t, "the second repair counted", func() bool { return rec.Count(ResultRepaired) >= repaired+2 })
+	testwait.Eventually(t, "the second repair counted", func() bool { return rec.Count(trust.ResultRepaired) >= repaired+2 })
 	if d := time.Since(first); d < contestInterval-time.Second {
 		t.Errorf("the second change was undone %v after the first one was made, within the %v repair interval", d, contestInterval)
 	}
-	if rec.Count(ResultDeferred) == 0 || rec.Count(ResultRepaired) != repaired+2 {
-		t.Errorf("deferred %d, repaired %d times; want the second repair deferred", rec.Count(ResultDeferred), rec.Count(ResultRepaired)-repaired)
+	if rec.Count(trust.ResultDeferred) == 0 || rec.Count(trust.ResultRepaired) != repaired+2 {
+		t.Errorf("deferred %d, repaired %d times; want the second repair deferred", rec.Count(trust.ResultDeferred), rec.Count(trust.ResultRepaired)-repaired)
 	}
 }
 
@@ -209,15 +209,15 @@ func testNewLeader(t *testing.T, user, admin kubernetes.Interface, roots func() 
 		t.Fatal(err)
 	}
 	rec := &testobs.Results{}
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: roots, Observer: rec, Logger: log, RepairInterval: contestInterval})
+	p, err := New(Config{Client: user, Options: trust.Options{TrustDomain: testTD, Roots: roots, Observer: rec, Logger: log, RepairInterval: contestInterval}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	stop := startRun(t, p)
 	defer stop()
 	waitRoots(t, admin, "alpha", roots()...)
-	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(ResultRepaired) >= 1 })
-	if n := rec.Count(ResultRepaired); n != 1 {
+	testwait.Eventually(t, "the repair counted", func() bool { return rec.Count(trust.ResultRepaired) >= 1 })
+	if n := rec.Count(trust.ResultRepaired); n != 1 {
 		t.Errorf("%d repairs counted, want 1 (the rival's edit)", n)
 	}
 	// Every live namespace but alpha ends Unchanged, and so does alpha
@@ -226,9 +226,9 @@ func testNewLeader(t *testing.T, user, admin kubernetes.Interface, roots func() 
 	// after its update, so the check below would see that.
 	live := len(namespaceNames(t, admin))
 	testwait.Eventually(t, "every namespace reconciled", func() bool {
-		return rec.Count(ResultUnchanged) >= live && rec.Count(ResultSkipped) >= 1
+		return rec.Count(trust.ResultUnchanged) >= live && rec.Count(trust.ResultSkipped) >= 1
 	})
-	if n := rec.Count(ResultUpdated); n != 0 {
+	if n := rec.Count(trust.ResultUpdated); n != 0 {
 		t.Errorf("%d updates counted, want none: the other ConfigMaps hold the current roots", n)
 	}
 }
@@ -237,7 +237,7 @@ func testNewLeader(t *testing.T, user, admin kubernetes.Interface, roots func() 
 // namespace controller runs here), then its ConfigMap: the publisher sees
 // the event, skips the namespace, and does not re-create it.
 func testTerminating(t *testing.T, admin kubernetes.Interface, rec *testobs.Results) {
-	skipped := rec.Count(ResultSkipped)
+	skipped := rec.Count(trust.ResultSkipped)
 	if err := admin.CoreV1().Namespaces().Delete(t.Context(), "gamma", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -247,12 +247,12 @@ func testTerminating(t *testing.T, admin kubernetes.Interface, rec *testobs.Resu
 	}
 	// The namespace's change is skipped first; then the ConfigMap's
 	// deletion must be skipped too, not undone.
-	testwait.Eventually(t, "terminating gamma skipped", func() bool { return rec.Count(ResultSkipped) > skipped })
-	skipped = rec.Count(ResultSkipped)
+	testwait.Eventually(t, "terminating gamma skipped", func() bool { return rec.Count(trust.ResultSkipped) > skipped })
+	skipped = rec.Count(trust.ResultSkipped)
 	if err := admin.CoreV1().ConfigMaps("gamma").Delete(t.Context(), ConfigMapName, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	testwait.Eventually(t, "gamma skipped after its ConfigMap's deletion", func() bool { return rec.Count(ResultSkipped) > skipped })
+	testwait.Eventually(t, "gamma skipped after its ConfigMap's deletion", func() bool { return rec.Count(trust.ResultSkipped) > skipped })
 	_, err = admin.CoreV1().ConfigMaps("gamma").Get(t.Context(), ConfigMapName, metav1.GetOptions{})
 	if !apierrors.IsNotFound(err) {
 		t.Fatalf("ConfigMap in terminating namespace: %v; want NotFound", err)
@@ -266,8 +266,7 @@ func testSelector(t *testing.T, cp *controlplane.ControlPlane, user kubernetes.I
 	admin := cp.Client()
 	var logs testlog.Buffer
 	log := slog.New(slog.NewMultiHandler(testlog.New(t).Handler(), slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug})))
-	p, err := New(Config{Client: user, TrustDomain: testTD, Roots: func() []*x509.Certificate { return []*x509.Certificate{root} },
-		NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Logger: log})
+	p, err := New(Config{Client: user, NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return []*x509.Certificate{root} }, Logger: log}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,8 +292,7 @@ func testSelector(t *testing.T, cp *controlplane.ControlPlane, user kubernetes.I
 // start, naming every permission.
 func testNoRBAC(t *testing.T, cp *controlplane.ControlPlane) {
 	user := servicePublisher(t, cp, "rootconfigmap-unbound", nil)
-	p, err := New(Config{Client: user, TrustDomain: testTD,
-		Roots: func() []*x509.Certificate { return nil }, Logger: testlog.New(t)})
+	p, err := New(Config{Client: user, Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return nil }, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}

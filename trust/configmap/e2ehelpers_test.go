@@ -8,6 +8,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -55,7 +56,7 @@ func rootsMismatch(cm *corev1.ConfigMap, err error, roots []*x509.Certificate) s
 	if err != nil {
 		return err.Error()
 	}
-	if !hasLabels(cm.Labels, ownLabels(testTD)) {
+	if !trust.HasLabels(cm.Labels, ownLabels(testTD)) {
 		return fmt.Sprintf("labels %v", cm.Labels)
 	}
 	got, err := rootset.PEM(roots)

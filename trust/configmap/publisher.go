@@ -2,143 +2,75 @@ package configmap
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
-	"log/slog"
-	"sync/atomic"
-	"time"
 
-	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/utils/clock"
 
-	"github.com/workload-ca/workload-ca/internal/contest"
-	"github.com/workload-ca/workload-ca/internal/keyloop"
 	"github.com/workload-ca/workload-ca/internal/rbac"
+	"github.com/workload-ca/workload-ca/trust"
 )
-
-// DefaultResyncPeriod is how often Run reconciles without a trigger.
-const DefaultResyncPeriod = 10 * time.Minute
 
 // Config configures a Publisher. Client, TrustDomain and Roots are
 // required; zero values of the other fields take the defaults.
 type Config struct {
 	Client kubernetes.Interface
-	// TrustDomain is the value of the LabelTrustDomain label.
-	TrustDomain spiffeid.TrustDomain
-	// Roots returns the current roots. It is called on every reconcile,
-	// must be safe for concurrent use, and must not block.
-	Roots func() []*x509.Certificate
 	// NamespaceSelector picks the namespaces that get the ConfigMap, by
 	// their labels. Nil selects every namespace.
 	NamespaceSelector labels.Selector
-	// Observer, if set, is told the outcome of every reconcile.
-	Observer Observer
-	Logger   *slog.Logger
-	// Clock drives the periodic resync and the workqueue's retry delays.
-	Clock clock.WithTicker
-	// ResyncPeriod is how often every namespace is reconciled without a
-	// trigger. Default DefaultResyncPeriod.
-	ResyncPeriod time.Duration
-	// RepairInterval is the least time between two repairs of one
-	// namespace's ConfigMap after someone else changed its roots. Default
-	// contest.DefaultInterval.
-	RepairInterval time.Duration
+	// Options are what every publisher has; TrustDomain is the value of
+	// the LabelTrustDomain label.
+	trust.Options
 }
+
+// kind is how the ConfigMaps are named in logs: one per namespace.
+var kind = trust.Kind{Name: "ConfigMap", Key: "namespace"}
 
 // Publisher keeps the CA's roots published as the ConfigMap ConfigMapName
 // in every selected namespace.
 type Publisher struct {
 	client   kubernetes.Interface
-	roots    func() []*x509.Certificate
 	selector labels.Selector
 	labels   map[string]string
-	obs      Observer
-	log      *slog.Logger
-	clock    clock.WithTicker
-	resync   time.Duration
-	repair   time.Duration
-
-	running atomic.Bool
-	active  keyloop.Current
+	opts     trust.Options
+	shell    *trust.Publisher
 }
 
 // New checks cfg and returns a Publisher; Run starts it.
 func New(cfg Config) (*Publisher, error) {
-	if err := cfg.applyDefaults(); err != nil {
+	opts, err := cfg.WithDefaults()
+	if err == nil && cfg.Client == nil {
+		err = errors.New("missing Client")
+	}
+	if err != nil {
 		return nil, fmt.Errorf("configmap: %w", err)
 	}
-	return &Publisher{
-		client:   cfg.Client,
-		roots:    cfg.Roots,
-		selector: cfg.NamespaceSelector,
-		labels:   ownLabels(cfg.TrustDomain),
-		obs:      cfg.Observer,
-		log:      cfg.Logger,
-		clock:    cfg.Clock,
-		resync:   cfg.ResyncPeriod,
-		repair:   cfg.RepairInterval,
-	}, nil
-}
-
-func (c *Config) applyDefaults() error {
-	switch {
-	case c.Client == nil:
-		return errors.New("missing Client")
-	case c.Roots == nil:
-		return errors.New("missing Roots")
-	case c.TrustDomain.IsZero():
-		return errors.New("missing TrustDomain")
-	case c.ResyncPeriod < 0 || c.RepairInterval < 0:
-		return fmt.Errorf("ResyncPeriod %v or RepairInterval %v is negative", c.ResyncPeriod, c.RepairInterval)
+	if cfg.NamespaceSelector == nil {
+		cfg.NamespaceSelector = labels.Everything()
 	}
-	if errs := validation.IsValidLabelValue(c.TrustDomain.Name()); len(errs) > 0 {
-		return fmt.Errorf("trust domain %q cannot be a label value: %v", c.TrustDomain.Name(), errs)
-	}
-	if c.NamespaceSelector == nil {
-		c.NamespaceSelector = labels.Everything()
-	}
-	if c.Observer == nil {
-		c.Observer = nopObserver{}
-	}
-	if c.Logger == nil {
-		c.Logger = slog.New(slog.DiscardHandler)
-	}
-	if c.Clock == nil {
-		c.Clock = clock.RealClock{}
-	}
-	if c.ResyncPeriod == 0 {
-		c.ResyncPeriod = DefaultResyncPeriod
-	}
-	if c.RepairInterval == 0 {
-		c.RepairInterval = contest.DefaultInterval
-	}
-	return nil
+	return &Publisher{client: cfg.Client, selector: cfg.NamespaceSelector, labels: ownLabels(opts.TrustDomain),
+		opts: opts, shell: trust.NewPublisher(kind, opts)}, nil
 }
 
 // Run publishes the roots until ctx ends, then returns nil. It first
-// checks permissions; it returns an error wrapping rbac.ErrPermissionDenied, or
-// a review error, without retrying. After that, failed reconciles are
-// logged, reported to the Observer and retried with backoff. Only the
-// leader should run it; Run may be called again after it returns.
+// checks permissions; it returns an error wrapping
+// rbac.ErrPermissionDenied, or a review error, without retrying. After
+// that, failed reconciles are logged, reported to the Observer and retried
+// with backoff. Only the leader should run it; Run may be called again
+// after it returns.
 func (p *Publisher) Run(ctx context.Context) error {
-	if !p.running.CompareAndSwap(false, true) {
-		return errors.New("configmap: Run is already running")
-	}
-	defer p.running.Store(false)
-	if err := rbac.Check(ctx, p.client, permissions()...); err != nil {
-		return fmt.Errorf("configmap: %w", err)
-	}
-	p.log.InfoContext(ctx, "publishing roots as ConfigMaps",
-		"configMap", ConfigMapName, "namespaceSelector", p.selector.String())
-	p.active.Run(ctx, newRun(p).loop())
-	return nil
+	return p.shell.Run(ctx, func(ctx context.Context) (trust.Target, error) {
+		if err := rbac.Check(ctx, p.client, permissions()...); err != nil {
+			return nil, fmt.Errorf("configmap: %w", err)
+		}
+		p.opts.Logger.InfoContext(ctx, "publishing roots as ConfigMaps",
+			"configMap", ConfigMapName, "namespaceSelector", p.selector.String())
+		return newRun(p), nil
+	})
 }
 
 // Trigger asks for a reconcile of every namespace, e.g. after the roots
 // changed. It does not block, and does nothing unless Run is running (Run
 // reconciles everything when it starts).
-func (p *Publisher) Trigger() { p.active.EnqueueAll() }
+func (p *Publisher) Trigger() { p.shell.Trigger() }

@@ -22,7 +22,9 @@ import (
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/internal/testobs"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // state is what the tests compare of a ConfigMap.
@@ -85,63 +87,63 @@ func TestReconcile(t *testing.T) {
 		wantErr  error
 	}{
 		{name: "absent: created", ns: namespace("app", nil),
-			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: ResultCreated},
+			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: trust.ResultCreated},
 		{name: "already right: no write", ns: namespace("app", nil), cached: []*corev1.ConfigMap{right},
-			want: []*corev1.ConfigMap{right}, result: ResultUnchanged},
+			want: []*corev1.ConfigMap{right}, result: trust.ResultUnchanged},
 		{name: "root-cert.pem changed: updated", ns: namespace("app", nil),
 			cached: []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: other}, ours)},
-			want:   []*corev1.ConfigMap{right}, writes: []string{"update"}, result: ResultUpdated},
+			want:   []*corev1.ConfigMap{right}, writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "labels edited: ours restored, others kept", ns: namespace("app", nil),
 			cached: []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: cur},
 				map[string]string{"team": "x", LabelTrustDomain: "evil.org"})},
 			want:   []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: cur}, with(ours, "team", "x"))},
-			writes: []string{"update"}, result: ResultUpdated},
+			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "foreign (istiod's) adopted: other keys and labels kept", ns: namespace("app", nil),
 			cached: []*corev1.ConfigMap{istiods},
 			want: []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: cur, "extra": "kept"},
 				with(ours, "team", "mesh"))},
-			writes: []string{"update"}, result: ResultUpdated},
+			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "root-cert.pem in binaryData: moved to data", ns: namespace("app", nil),
 			cached: []*corev1.ConfigMap{{ObjectMeta: metav1.ObjectMeta{Name: ConfigMapName, Namespace: "app", Labels: ours},
 				BinaryData: map[string][]byte{DataKey: []byte(other), "bin": {1}}}},
 			want: []*corev1.ConfigMap{{ObjectMeta: right.ObjectMeta, Data: right.Data,
 				BinaryData: map[string][]byte{"bin": {1}}}},
-			writes: []string{"update"}, result: ResultUpdated},
+			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "deleted, cache current: re-created", ns: namespace("app", nil),
-			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: ResultCreated},
+			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: trust.ResultCreated},
 		{name: "deleted, cache stale: update NotFound re-queues", ns: namespace("app", nil),
 			stale:  []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: other}, ours)},
-			writes: []string{"update"}, result: ResultRequeued, wantErr: errRequeue},
+			writes: []string{"update"}, result: trust.ResultRequeued, wantErr: trust.ErrRequeue},
 		{name: "edited meanwhile: update Conflict re-queues", ns: namespace("app", nil),
 			cached:  []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: other}, ours)},
 			reactor: failWith("update", apierrors.NewConflict(corev1.Resource("configmaps"), ConfigMapName, errors.New("changed"))),
 			want:    []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: other}, ours)},
-			writes:  []string{"update"}, result: ResultRequeued, wantErr: errRequeue},
+			writes:  []string{"update"}, result: trust.ResultRequeued, wantErr: trust.ErrRequeue},
 		{name: "cache lag: AlreadyExists on create, live copy updated", ns: namespace("app", nil),
 			live: []*corev1.ConfigMap{istiods},
 			want: []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: cur, "extra": "kept"},
 				with(ours, "team", "mesh"))},
-			writes: []string{"create", "update"}, result: ResultUpdated},
+			writes: []string{"create", "update"}, result: trust.ResultUpdated},
 		{name: "cache lag: AlreadyExists on create, live copy right", ns: namespace("app", nil),
 			live: []*corev1.ConfigMap{right},
-			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: ResultUnchanged},
-		{name: "namespace being deleted: skipped", ns: deleting, want: nil, result: ResultSkipped},
+			want: []*corev1.ConfigMap{right}, writes: []string{"create"}, result: trust.ResultUnchanged},
+		{name: "namespace being deleted: skipped", ns: deleting, want: nil, result: trust.ResultSkipped},
 		{name: "namespace terminating: skipped, ConfigMap left alone", ns: terminating,
-			cached: []*corev1.ConfigMap{istiods}, want: []*corev1.ConfigMap{istiods}, result: ResultSkipped},
-		{name: "namespace not in cache: skipped", ns: nil, result: ResultSkipped},
+			cached: []*corev1.ConfigMap{istiods}, want: []*corev1.ConfigMap{istiods}, result: trust.ResultSkipped},
+		{name: "namespace not in cache: skipped", ns: nil, result: trust.ResultSkipped},
 		{name: "namespace not selected: skipped", ns: namespace("app", map[string]string{"mesh": "off"}),
-			selector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), result: ResultSkipped},
+			selector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), result: trust.ResultSkipped},
 		{name: "namespace selected: created", ns: namespace("app", map[string]string{"mesh": "on"}),
 			selector: labels.SelectorFromSet(labels.Set{"mesh": "on"}),
-			want:     []*corev1.ConfigMap{right}, writes: []string{"create"}, result: ResultCreated},
+			want:     []*corev1.ConfigMap{right}, writes: []string{"create"}, result: trust.ResultCreated},
 		{name: "namespace terminating per the apiserver: Forbidden on create is success", ns: namespace("app", nil),
-			reactor: failWith("create", nsTerminatingErr), writes: []string{"create"}, result: ResultSkipped},
+			reactor: failWith("create", nsTerminatingErr), writes: []string{"create"}, result: trust.ResultSkipped},
 		{name: "other Forbidden on create: error", ns: namespace("app", nil),
 			reactor: failWith("create", apierrors.NewForbidden(corev1.Resource("configmaps"), ConfigMapName, errors.New("no"))),
-			writes:  []string{"create"}, result: ResultError, wantErr: errAPI},
+			writes:  []string{"create"}, result: trust.ResultError, wantErr: errAPI},
 		{name: "no roots: ErrInvalidRoots, nothing written", ns: namespace("app", nil), noRoots: true,
 			cached: []*corev1.ConfigMap{istiods}, want: []*corev1.ConfigMap{istiods},
-			result: ResultError, wantErr: ErrInvalidRoots},
+			result: trust.ResultError, wantErr: ErrInvalidRoots},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,7 +151,7 @@ func TestReconcile(t *testing.T) {
 			if !tc.noRoots {
 				rs.Set(roots[1], roots[0], roots[1]) // unordered, with a duplicate
 			}
-			client, r := newTestRun(t, Config{Roots: rs.Get, NamespaceSelector: tc.selector},
+			client, r := newTestRun(t, Config{NamespaceSelector: tc.selector, Options: trust.Options{Roots: rs.Get}},
 				tc.ns, tc.cached, tc.stale, tc.live)
 			if tc.reactor != nil {
 				client.PrependReactor("*", "configmaps", tc.reactor)
@@ -164,7 +166,7 @@ func TestReconcile(t *testing.T) {
 			if diff := cmp.Diff(states(tc.want), listStates(t, client)); diff != "" {
 				t.Errorf("ConfigMaps (-want +got):\n%s", diff)
 			}
-			if diff := cmp.Diff(tc.writes, writeVerbs(client)); diff != "" {
+			if diff := cmp.Diff(tc.writes, testobs.WriteVerbs(client)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 		})
@@ -172,12 +174,12 @@ func TestReconcile(t *testing.T) {
 }
 
 // errAPI in a test case stands for any error that is neither
-// errRequeue nor ErrInvalidRoots.
+// trust.ErrRequeue nor ErrInvalidRoots.
 var errAPI = errors.New("API error")
 
 func matchErr(err, want error) bool {
 	if want == errAPI { //nolint:errorlint // comparing test sentinels
-		return err != nil && !errors.Is(err, errRequeue) && !errors.Is(err, ErrInvalidRoots)
+		return err != nil && !errors.Is(err, trust.ErrRequeue) && !errors.Is(err, ErrInvalidRoots)
 	}
 	if want == nil {
 		return err == nil
@@ -248,17 +250,6 @@ func listStates(t *testing.T, client *fake.Clientset) []state {
 	return states(cms)
 }
 
-// writeVerbs returns the verbs of the create, update and delete calls made.
-func writeVerbs(client *fake.Clientset) []string {
-	var out []string
-	for _, a := range client.Actions() {
-		if v := a.GetVerb(); v == "create" || v == "update" || v == "delete" {
-			out = append(out, v)
-		}
-	}
-	return out
-}
-
 // TestReconcileRootsReordered checks that the same roots in another order
 // (or with duplicates) write nothing.
 func TestReconcileRootsReordered(t *testing.T) {
@@ -266,10 +257,10 @@ func TestReconcileRootsReordered(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[1], roots[0], roots[0])
 	cm := configMap("app", map[string]string{DataKey: mustContent(t, roots...)}, ownLabels(testTD))
-	client, r := newTestRun(t, Config{Roots: rs.Get}, namespace("app", nil), []*corev1.ConfigMap{cm}, nil, nil)
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}}, namespace("app", nil), []*corev1.ConfigMap{cm}, nil, nil)
 	result, err := r.reconcile(context.Background(), "app")
-	if err != nil || result != ResultUnchanged || len(writeVerbs(client)) != 0 {
-		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, writeVerbs(client))
+	if err != nil || result != trust.ResultUnchanged || len(testobs.WriteVerbs(client)) != 0 {
+		t.Fatalf("reconcile = %q, %v with writes %v; want unchanged, no writes", result, err, testobs.WriteVerbs(client))
 	}
 }
 
@@ -282,13 +273,13 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
 	live := configMap("app", map[string]string{DataKey: mustContent(t, roots[0])}, ownLabels(testTD))
-	client, r := newTestRun(t, Config{Roots: rs.Get}, namespace("app", nil), nil, nil, []*corev1.ConfigMap{live})
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}}, namespace("app", nil), nil, nil, []*corev1.ConfigMap{live})
 	client.PrependReactor("get", "configmaps", func(k8stesting.Action) (bool, runtime.Object, error) {
 		return true, nil, apierrors.NewNotFound(corev1.Resource("configmaps"), ConfigMapName)
 	})
 	result, err := r.reconcile(context.Background(), "app")
-	if !errors.Is(err, errRequeue) || result != ResultRequeued {
-		t.Fatalf("reconcile = %q, %v; want %q wrapping errRequeue", result, err, ResultRequeued)
+	if !errors.Is(err, trust.ErrRequeue) || result != trust.ResultRequeued {
+		t.Fatalf("reconcile = %q, %v; want %q wrapping trust.ErrRequeue", result, err, trust.ResultRequeued)
 	}
 }
 
@@ -303,8 +294,7 @@ func TestReconcileContested(t *testing.T) {
 	ours, theirs := mustContent(t, roots[0]), mustContent(t, roots[1])
 	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	var logs bytes.Buffer
-	client, r := newTestRun(t, Config{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute,
-		Logger: slog.New(slog.NewTextHandler(&logs, nil))},
+	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))}},
 		namespace("app", nil), []*corev1.ConfigMap{configMap("app", map[string]string{DataKey: ours}, ownLabels(testTD))}, nil, nil)
 	ctx := context.Background()
 	reconcile := func(want string) {
@@ -343,9 +333,9 @@ func TestReconcileContested(t *testing.T) {
 		}
 	}
 
-	reconcile(ResultUnchanged)
+	reconcile(trust.ResultUnchanged)
 	rival(false)
-	reconcile(ResultRepaired)
+	reconcile(trust.ResultRepaired)
 	holds(ours)
 	if !strings.Contains(logs.String(), "another writer changed the roots") || !strings.Contains(logs.String(), "pilot-discovery") {
 		t.Fatalf("the repair was not logged with the other writer:\n%s", logs.String())
@@ -354,11 +344,11 @@ func TestReconcileContested(t *testing.T) {
 	// Dropping our labels does not make it a ConfigMap to adopt at once.
 	clk.Step(10 * time.Second)
 	rival(true)
-	reconcile(ResultDeferred)
+	reconcile(trust.ResultDeferred)
 	holds(theirs)
 	clk.Step(50 * time.Second) // the interval since the repair has passed
 	testwait.Eventually(t, "namespace re-queued after the interval", func() bool { return r.queue.Len() == 1 })
-	reconcile(ResultRepaired)
+	reconcile(trust.ResultRepaired)
 	holds(ours)
 
 	// Our own change of roots is not someone else's edit.
@@ -370,7 +360,7 @@ func TestReconcileContested(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.Set(roots[2])
-	reconcile(ResultUpdated)
+	reconcile(trust.ResultUpdated)
 
 	// A new leader has no history, but the stamp its predecessor left says
 	// what was written: another writer's edit is still repaired, and a
@@ -388,13 +378,13 @@ func TestReconcileContested(t *testing.T) {
 		return next
 	}
 	rival(false)
-	if result, err := leader().reconcile(ctx, "app"); err != nil || result != ResultRepaired {
-		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, ResultRepaired)
+	if result, err := leader().reconcile(ctx, "app"); err != nil || result != trust.ResultRepaired {
+		t.Fatalf("new leader, another writer's roots: reconcile = %q, %v; want %q", result, err, trust.ResultRepaired)
 	}
 	holds(mustContent(t, roots[2]))
 	rs.Set(roots[0])
-	if result, err := leader().reconcile(ctx, "app"); err != nil || result != ResultUpdated {
-		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, ResultUpdated)
+	if result, err := leader().reconcile(ctx, "app"); err != nil || result != trust.ResultUpdated {
+		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, trust.ResultUpdated)
 	}
 	holds(ours)
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
 	"github.com/workload-ca/workload-ca/internal/testwait"
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // fakeCluster returns a fake clientset holding objs that answers access
@@ -44,7 +45,7 @@ func allowAll(*authzv1.ResourceAttributes) bool { return true }
 // ConfigMap carrying our labels.
 func rootsIn(c kubernetes.Interface, ns string) string {
 	cm, err := c.CoreV1().ConfigMaps(ns).Get(context.Background(), ConfigMapName, metav1.GetOptions{})
-	if err != nil || !hasLabels(cm.Labels, ownLabels(testTD)) {
+	if err != nil || !trust.HasLabels(cm.Labels, ownLabels(testTD)) {
 		return ""
 	}
 	return cm.Data[DataKey]
@@ -60,7 +61,7 @@ func TestRun(t *testing.T) {
 	rs.Set(roots[0])
 	rec := &testobs.Results{}
 	fc := testclock.NewFakeClock(time.Now())
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)})
+	p, err := New(Config{Client: client, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Observer: rec, Clock: fc, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -98,10 +99,10 @@ func TestRun(t *testing.T) {
 	rs.Set(roots[1])
 	last := mustContent(t, roots[1])
 	testwait.Eventually(t, "resync to publish new roots without a trigger", func() bool {
-		fc.Step(DefaultResyncPeriod)
+		fc.Step(trust.DefaultResyncPeriod)
 		return rootsIn(client, "a") == last && rootsIn(client, "b") == last && rootsIn(client, "c") == last
 	})
-	if n := rec.Count(ResultError); n != 0 {
+	if n := rec.Count(trust.ResultError); n != 0 {
 		t.Errorf("%d reconciles failed", n)
 	}
 }
@@ -112,14 +113,13 @@ func TestRunNamespaceSelector(t *testing.T) {
 	roots := testca.RootCerts(t, 1)
 	client := fakeCluster(allowAll, namespace("on", map[string]string{"mesh": "on"}), namespace("off", nil))
 	rec := &testobs.Results{}
-	p, err := New(Config{Client: client, TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots },
-		NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Observer: rec, Logger: testlog.New(t)})
+	p, err := New(Config{Client: client, NamespaceSelector: labels.SelectorFromSet(labels.Set{"mesh": "on"}), Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return roots }, Observer: rec, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	startRun(t, p)
 	testwait.Eventually(t, "ConfigMap in the selected namespace, other one skipped", func() bool {
-		return rootsIn(client, "on") != "" && rec.Count(ResultSkipped) > 0
+		return rootsIn(client, "on") != "" && rec.Count(trust.ResultSkipped) > 0
 	})
 	if rootsIn(client, "off") != "" {
 		t.Fatal("ConfigMap published in a namespace not selected")
@@ -154,8 +154,7 @@ func TestRunFailsFast(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := New(Config{Client: fakeCluster(tc.allow), TrustDomain: testTD,
-				Roots: func() []*x509.Certificate { return nil }})
+			p, err := New(Config{Client: fakeCluster(tc.allow), Options: trust.Options{TrustDomain: testTD, Roots: func() []*x509.Certificate { return nil }}})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -174,20 +173,6 @@ func TestRunFailsFast(t *testing.T) {
 				t.Errorf("error %q contains %q", err, tc.excludes)
 			}
 		})
-	}
-}
-
-func TestRunTwice(t *testing.T) {
-	roots := testca.RootCerts(t, 1)
-	p, err := New(Config{Client: fakeCluster(allowAll), TrustDomain: testTD,
-		Roots: func() []*x509.Certificate { return roots }})
-	if err != nil {
-		t.Fatal(err)
-	}
-	startRun(t, p)
-	testwait.Eventually(t, "Run to start", func() bool { return p.running.Load() })
-	if err := p.Run(context.Background()); err == nil || !strings.Contains(err.Error(), "already running") {
-		t.Fatalf("second Run = %v, want already running", err)
 	}
 }
 
