@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
 	"errors"
 	"fmt"
 	"io"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"sync/atomic"
 	"time"
 
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
@@ -28,9 +26,9 @@ import (
 	"github.com/workload-ca/workload-ca/authz/saindex"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca"
-	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
-	"github.com/workload-ca/workload-ca/ca/rotation"
+	"github.com/workload-ca/workload-ca/ca/source"
+	"github.com/workload-ca/workload-ca/internal/component"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/podcert"
 	"github.com/workload-ca/workload-ca/server"
@@ -70,8 +68,8 @@ func auditLogger(path string, log *slog.Logger) (*slog.Logger, func(), error) {
 	return slog.New(slog.NewJSONHandler(f, nil)).With("log", "audit"), func() { _ = f.Close() }, nil
 }
 
-// app is the wired CA: what every replica runs, and what only the leader
-// runs.
+// app is the wired CA: its components, each run on every replica or only
+// on the leader, and what they share.
 type app struct {
 	cfg       serveConfig
 	log       *slog.Logger
@@ -79,6 +77,7 @@ type app struct {
 	reg       *prometheus.Registry
 	metrics   *metrics.Metrics
 	kube      *kubeClients
+	source    *source.Source
 	authority *ca.Authority
 	pods      *podindex.Index
 	// accounts is the service account index the token checks read.
@@ -90,38 +89,16 @@ type app struct {
 	grpc      *server.GRPCServer
 	lis       net.Listener
 	adminLis  net.Listener
-	// phase reports the rotation phase for metrics (nil: no rotation).
-	phase func() string
-	// pluginRoot is the root CA of --ca-root-dir (reloaded when the
-	// directory changes), which issues the intermediates; nil otherwise.
-	pluginRoot atomic.Pointer[ca.Material]
-	// pluginRootsSeen times the plug-in bundle's roots, for the move to a
-	// new signing root; pluginRootChanged wakes the leader's record of
-	// them (recordRootsSeen).
-	pluginRootsSeen   rootsSeen
-	pluginRootChanged chan struct{}
-	// rotator rotates the CA state of --ca-secret (on the leader).
-	rotator *rotation.Rotator
-	// issuer is the plug-in root the rotator follows (nil without
-	// --ca-root-dir).
-	issuer func() rotation.Issuer
 	// caKey is the key of --ca-key-uri (nil: the key is a file).
 	caKey *keystore.Key
-	// caStore is the CA state Secret (--ca-secret).
-	caStore *castate.SecretStore
-	// extraChecks are readiness checks of the CA source.
-	extraChecks []admin.Check
-	// replicaTasks run on every replica; leaderTasks on the leader only.
-	replicaTasks []func(ctx context.Context) error
-	leaderTasks  []leaderTask
-	// onMaterial is called after the CA's material changed.
-	onMaterial []func()
+	// components are what runs besides the gRPC and admin servers.
+	components []component.Component
 }
 
 // serve wires the CA and runs it until ctx ends.
 func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error {
 	reg := prometheus.NewRegistry()
-	a := &app{cfg: cfg, log: log, audit: audit, reg: reg, pluginRootChanged: make(chan struct{}, 1),
+	a := &app{cfg: cfg, log: log, audit: audit, reg: reg,
 		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics})}
 	if err := a.openCAKey(ctx); err != nil {
 		return err
@@ -143,217 +120,32 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	return a.run(ctx)
 }
 
-// loadCA loads the CA from its Secret or its directory and keeps following
-// it on every replica.
+// loadCA loads the CA's material from its Secret or its directory; the
+// source's components keep it current.
 func (a *app) loadCA(ctx context.Context) error {
+	cfg := source.Config{
+		Authority: ca.Config{TrustDomain: a.cfg.TrustDomain, DefaultTTL: a.cfg.DefaultTTL, MaxTTL: a.cfg.MaxTTL},
+		Dir:       a.cfg.CADir, RootDir: a.cfg.CARootDir, Key: a.caKeySigner(), KeyType: a.cfg.CAKeyType,
+		Poll: a.cfg.CADirPoll, Observer: a.metrics, Logger: a.log,
+	}
 	if a.cfg.CASecret.Name != "" {
-		return a.loadCASecret(ctx)
-	}
-	return a.loadCADir()
-}
-
-// loadCADir loads the CA from --ca-dir (generating a root there on first
-// start, unless the key is in a KMS) and reloads it when the files change.
-func (a *app) loadCADir() error {
-	var m *ca.Material
-	var err error
-	if key := a.caKeySigner(); key != nil {
-		m, err = keystore.LoadDir(a.cfg.CADir, key)
-	} else {
-		var created bool
-		m, created, err = keystore.LoadOrCreate(a.cfg.CADir, keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain}, time.Now())
-		if created {
-			a.log.Info("generated a self-signed root", "dir", a.cfg.CADir, "key_type", a.cfg.CAKeyType)
+		policy, err := a.cfg.rotationPolicy()
+		if err != nil {
+			return err
 		}
+		cfg.Secret, cfg.Client, cfg.Policy = a.cfg.CASecret, a.kube.caState, policy
 	}
+	src, err := source.Open(ctx, cfg)
 	if err != nil {
 		return err
 	}
-	if err := a.newAuthority(m); err != nil {
-		return err
-	}
-	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CADir, Key: a.caKeySigner(), Interval: a.cfg.CADirPoll,
-		Apply: a.setMaterial, Logger: a.log.With("component", "ca-dir")})
-	if err != nil {
-		return err
-	}
-	a.replicaTasks = append(a.replicaTasks, w.Run)
+	a.source, a.authority = src, src.Authority()
+	a.add(src.Components()...)
 	return nil
 }
 
-// loadCASecret loads the CA's roots, or with --ca-root-dir its
-// intermediates, from --ca-secret (the first replica creates it), follows
-// the Secret on every replica, and has the leader drive rotation.
-func (a *app) loadCASecret(ctx context.Context) error {
-	policy, err := a.cfg.rotationPolicy()
-	if err != nil {
-		return err
-	}
-	generate, err := a.caGenerator(policy)
-	if err != nil {
-		return err
-	}
-	store, err := castate.NewSecretStore(castate.SecretConfig{Client: a.kube.caState, Namespace: a.cfg.CASecret.Namespace,
-		Name: a.cfg.CASecret.Name, Generate: generate, Roots: a.externalRoots(), Logger: a.log.With("component", "ca-secret")})
-	if err != nil {
-		return err
-	}
-	st, err := store.LoadOrCreate(ctx)
-	if err != nil {
-		return err
-	}
-	m, err := st.MaterialUnder(store.Roots())
-	if err != nil {
-		return err
-	}
-	if err := a.newAuthority(m); err != nil {
-		return err
-	}
-	a.caStore = store
-	a.issuer = a.pluginIssuer(policy.PropagationDelay)
-	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: policy,
-		Issuer: a.issuer, Observer: a.metrics, Logger: a.log.With("component", "rotation")})
-	if err != nil {
-		return err
-	}
-	a.rotator = rot
-	if err := a.watchRootDir(); err != nil {
-		return err
-	}
-	a.onMaterial = append(a.onMaterial, rot.Notify)
-	a.replicaTasks = append(a.replicaTasks, func(ctx context.Context) error { return store.Run(ctx, a.followState) })
-	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "rotation", run: rot.Run})
-	if a.cfg.CARootDir != "" {
-		a.leaderTasks = append(a.leaderTasks, leaderTask{name: "roots-seen", run: a.recordRootsSeen})
-	}
-	a.phase = func() string { return store.Current().Phase() }
-	a.extraChecks = append(a.extraChecks, admin.Check{Name: "ca-secret", Check: func(context.Context) error {
-		return syncedErr(store.HasSynced())
-	}})
-	return nil
-}
-
-// caGenerator returns how the CA's next authority is made: a self-signed
-// root, or with --ca-root-dir an intermediate issued by the plug-in root,
-// which it loads as a.pluginRoot (the current one at each call: the
-// directory is reloaded).
-func (a *app) caGenerator(policy rotation.Policy) (func(time.Time) (*ca.Material, error), error) {
-	opts := keystore.GenerateOptions{KeyType: a.cfg.CAKeyType, TrustDomain: a.cfg.TrustDomain, Lifetime: policy.CATTL}
-	if a.cfg.CARootDir == "" {
-		return func(now time.Time) (*ca.Material, error) { return keystore.GenerateRoot(opts, now) }, nil
-	}
-	root, err := keystore.LoadRootDir(a.cfg.CARootDir, a.caKeySigner())
-	if err != nil {
-		return nil, err
-	}
-	a.pluginRoot.Store(root)
-	a.pluginRootsSeen.observe(root.Roots, time.Now())
-	a.log.Info("plug-in root loaded; signing with intermediates issued by it", "dir", a.cfg.CARootDir,
-		"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "roots", len(root.Roots))
-	return func(now time.Time) (*ca.Material, error) {
-		return keystore.GenerateIntermediate(a.pluginRoot.Load(), opts, now)
-	}, nil
-}
-
-// pluginIssuer returns, with --ca-root-dir, the current plug-in root for
-// the rotator and when it is trusted everywhere: delay after this process
-// first saw it in the bundle. Without --ca-root-dir it returns nil.
-func (a *app) pluginIssuer(delay time.Duration) func() rotation.Issuer {
-	if a.cfg.CARootDir == "" {
-		return nil
-	}
-	return func() rotation.Issuer {
-		root := a.pluginRoot.Load()
-		return rotation.Issuer{Cert: root.Cert, TrustedFrom: a.pluginRootsSeen.since(root.Cert, time.Now()).Add(delay)}
-	}
-}
-
-// externalRoots are the plug-in root's trust bundle, or nil for
-// self-signed roots.
-func (a *app) externalRoots() []*x509.Certificate {
-	if r := a.pluginRoot.Load(); r != nil {
-		return r.Roots
-	}
-	return nil
-}
-
-// watchRootDir reloads the plug-in root when --ca-root-dir changes.
-func (a *app) watchRootDir() error {
-	if a.cfg.CARootDir == "" {
-		return nil
-	}
-	w, err := keystore.NewDirWatcher(keystore.DirWatcherConfig{Dir: a.cfg.CARootDir, Root: true, Key: a.caKeySigner(),
-		Interval: a.cfg.CADirPoll, Apply: a.setPluginRoot, Logger: a.log.With("component", "ca-root-dir")})
-	if err != nil {
-		return err
-	}
-	a.replicaTasks = append(a.replicaTasks, w.Run)
-	return nil
-}
-
-// setPluginRoot installs a changed plug-in root: its bundle becomes the
-// trust bundle (what the Secret's intermediates are checked against) and
-// it issues the intermediates minted from now on; a new signing root takes
-// over once it has been in the bundle for the propagation delay (see
-// rotation.PlanUnder). Bundles that drop the
-// issuer of an intermediate still in the Secret are refused, and the
-// previous root keeps serving. The store hands the Secret's state to
-// followState again, which installs it under the new bundle (and so
-// publishes it); installing it here too could race a newer state.
-func (a *app) setPluginRoot(root *ca.Material) error {
-	if err := a.caStore.SetRoots(root.Roots); err != nil {
-		return err
-	}
-	a.pluginRootsSeen.observe(root.Roots, time.Now())
-	previous := a.pluginRoot.Swap(root)
-	if previous == nil || !previous.Cert.Equal(root.Cert) {
-		a.log.Info("new plug-in signing root: the leader moves to intermediates it issues once every verifier trusts it",
-			"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "trusted_from", a.issuer().TrustedFrom)
-	}
-	// On the leader, record the new bundle's roots in the Secret.
-	select {
-	case a.pluginRootChanged <- struct{}{}:
-	default:
-	}
-	// SetRoots woke the rotator before the new root was stored here.
-	a.rotator.Notify()
-	return nil
-}
-
-// followState installs the material of a new CA state seen in the Secret.
-func (a *app) followState(st castate.State) {
-	m, err := st.MaterialUnder(a.caStore.Roots())
-	if err == nil {
-		err = a.setMaterial(m)
-	}
-	if err != nil {
-		a.log.Error("refused CA state from the Secret; the previous CA keeps serving", "error", err.Error())
-		return
-	}
-	a.log.Info("CA state updated", "phase", st.Phase(), "signing", m.Cert.Subject.String(), "roots", len(m.Roots))
-}
-
-func (a *app) newAuthority(m *ca.Material) error {
-	var err error
-	a.authority, err = ca.New(ca.Config{TrustDomain: a.cfg.TrustDomain, DefaultTTL: a.cfg.DefaultTTL, MaxTTL: a.cfg.MaxTTL}, m)
-	if err != nil {
-		return err
-	}
-	sc := a.authority.SigningCert()
-	a.log.Info("CA loaded", "subject", sc.Subject.String(), "not_after", sc.NotAfter, "roots", len(a.authority.Roots()))
-	return nil
-}
-
-// setMaterial installs validated material and tells whoever follows it.
-func (a *app) setMaterial(m *ca.Material) error {
-	if err := a.authority.SetMaterial(m); err != nil {
-		return err
-	}
-	for _, f := range a.onMaterial {
-		f()
-	}
-	return nil
-}
+// add adds components to run.
+func (a *app) add(cs ...component.Component) { a.components = append(a.components, cs...) }
 
 // signPodCertificates makes the leader sign the PodCertificateRequests
 // addressed to --signer-name.
@@ -367,7 +159,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "podcert", run: c.Run})
+	a.add(component.Component{Name: "podcert", Leader: true, Run: c.Run})
 	return nil
 }
 
@@ -376,12 +168,13 @@ func (a *app) publishBundles(context.Context) error {
 	if !a.cfg.PublishTrustBundle {
 		return nil
 	}
-	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName, IstioCompatible: a.cfg.IstioCompatible, Options: trust.Options{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots, Observer: a.metrics, Logger: a.log.With("component", "trustbundle")}})
+	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
+		IstioCompatible: a.cfg.IstioCompatible, Options: a.publisherOptions(a.metrics, "trustbundle")})
 	if err != nil {
 		return err
 	}
-	a.onMaterial = append(a.onMaterial, p.Trigger)
-	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "trustbundle", run: p.Run})
+	a.source.OnChange(p.Trigger)
+	a.add(component.Component{Name: "trustbundle", Leader: true, Run: p.Run})
 	return nil
 }
 
@@ -391,13 +184,21 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.cfg.IstioRootConfigMap {
 		return nil
 	}
-	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: trust.Options{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots, Observer: a.metrics.RootConfigMaps(), Logger: a.log.With("component", "rootconfigmap")}})
+	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces,
+		Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")})
 	if err != nil {
 		return err
 	}
-	a.onMaterial = append(a.onMaterial, p.Trigger)
-	a.leaderTasks = append(a.leaderTasks, leaderTask{name: "rootconfigmap", run: p.Run})
+	a.source.OnChange(p.Trigger)
+	a.add(component.Component{Name: "rootconfigmap", Leader: true, Run: p.Run})
 	return nil
+}
+
+// publisherOptions are a trust publisher's settings: the authority's
+// roots, reported to obs, logged as component name.
+func (a *app) publisherOptions(obs trust.Observer, name string) trust.Options {
+	return trust.Options{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots, Observer: obs,
+		Logger: a.log.With("component", name)}
 }
 
 // buildServer wires authentication, authorization and the gRPC server.
@@ -411,11 +212,10 @@ func (a *app) buildServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.readiness = admin.NewReadiness(append([]admin.Check{
-		{Name: "pod-index", Check: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
-		{Name: "service-account-index", Check: func(context.Context) error { return syncedErr(a.accounts.HasSynced()) }},
-		{Name: "ca", Check: admin.Cached(a.authority.Probe, 10*time.Second, nil)},
-	}, a.extraChecks...)...)
+	a.add(component.Component{Name: "pod-index", Run: a.pods.Run, Ready: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
+		component.Component{Name: "service-account-index", Ready: func(context.Context) error { return syncedErr(a.accounts.HasSynced()) }},
+		component.Component{Name: "ca", Ready: admin.Cached(a.authority.Probe, 10*time.Second, nil)})
+	a.readiness = admin.NewReadiness(a.checks()...)
 	a.svc, err = server.NewService(server.Config{
 		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
 		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) }, ClusterID: a.cfg.ClusterID,
@@ -471,7 +271,7 @@ func (a *app) authenticator(ctx context.Context) (*tokenreview.Reviewer, error) 
 		return nil, err
 	}
 	a.accounts = accounts
-	a.replicaTasks = append(a.replicaTasks, accounts.Run, keys.Run)
+	a.add(component.Component{Name: "service-accounts", Run: accounts.Run}, component.Component{Name: "issuer-keys", Run: keys.Run})
 	// The first requests need not wait for the keys (nor, without them,
 	// go to TokenReviews): a failure is logged, and retried on use.
 	keys.Prefetch(ctx)
@@ -500,6 +300,18 @@ func recoverPanic(log *slog.Logger) recovery.RecoveryHandlerFunc {
 	}
 }
 
+// checks are the components' readiness checks, in the order they were
+// added.
+func (a *app) checks() []admin.Check {
+	var out []admin.Check
+	for _, c := range a.components {
+		if c.Ready != nil {
+			out = append(out, admin.Check{Name: c.Name, Check: c.Ready})
+		}
+	}
+	return out
+}
+
 func syncedErr(synced bool) error {
 	if !synced {
 		return errors.New("initial list not done")
@@ -522,9 +334,7 @@ func (a *app) buildAdmin(context.Context) error {
 	metrics.WatchCA(a.reg, func() metrics.CAState {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
 			Intermediates: a.authority.Intermediates(), Serving: a.serving.Current().Leaf}
-		if a.phase != nil {
-			st.Phase = a.phase()
-		}
+		st.Phase = a.source.Phase()
 		return st
 	})
 	var err error
@@ -545,18 +355,24 @@ func (a *app) run(ctx context.Context) error {
 	shutdown, stopShutdown := context.WithCancel(serving)
 	defer stopShutdown()
 	defer context.AfterFunc(ctx, stopShutdown)()
-	g.Go(func() error { return a.pods.Run(serving) })
 	g.Go(func() error {
 		defer stopServing()
 		return a.grpc.Serve(shutdown, a.lis)
 	})
 	adminSrv := admin.New(admin.Config{Gatherer: a.reg, Readiness: a.readiness, Pprof: a.cfg.Pprof, Logger: a.log.With("component", "admin")})
 	g.Go(func() error { return adminSrv.Serve(serving, a.adminLis) })
-	for _, t := range a.replicaTasks {
-		g.Go(func() error { return t(serving) })
+	var leaderTasks []leaderTask
+	for _, c := range a.components {
+		switch {
+		case c.Run == nil:
+		case c.Leader:
+			leaderTasks = append(leaderTasks, leaderTask{name: c.Name, run: c.Run})
+		default:
+			g.Go(func() error { return c.Run(serving) })
+		}
 	}
-	if len(a.leaderTasks) > 0 {
-		l := newLeader(a.kube.leader, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), a.leaderTasks...)
+	if len(leaderTasks) > 0 {
+		l := newLeader(a.kube.leader, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), leaderTasks...)
 		l.onChange = a.metrics.SetLeader
 		g.Go(func() error { return l.Run(shutdown) })
 	}

@@ -1,4 +1,4 @@
-package main
+package source
 
 import (
 	"crypto/x509"

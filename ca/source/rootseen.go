@@ -1,4 +1,4 @@
-package main
+package source
 
 import (
 	"context"
@@ -62,37 +62,37 @@ func (r *rootsSeen) adopt(record map[castate.RootDigest]time.Time) {
 	maps.Copy(r.at, record)
 }
 
-// recordRootsSeen runs on the leader with --ca-root-dir: it records when
-// the plug-in bundle's roots were first seen (by this leader, or kept from
-// a predecessor's record) in the CA Secret, and times the move to a new
-// signing root from that record, again whenever the directory changes. A
-// new leader thus counts the propagation delay from when the root was
+// recordRootsSeen runs on the leader with a plug-in root: it records
+// when the plug-in bundle's roots were first seen (by this leader, or kept
+// from a predecessor's record) in the CA Secret, and times the move to a
+// new signing root from that record, again whenever the directory changes.
+// A new leader thus counts the propagation delay from when the root was
 // first published, not from its own start. Until the record is read, and
 // if it cannot be written, this process's own sightings count: never
 // earlier than a leader's, since every replica watches the same directory.
-func (a *app) recordRootsSeen(ctx context.Context) error {
+func (s *Source) recordRootsSeen(ctx context.Context) error {
 	retry := time.NewTimer(0)
 	defer retry.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return nil
-		case <-a.pluginRootChanged:
+		case <-s.rootChanged:
 		case <-retry.C:
 		}
-		root := a.pluginRoot.Load()
-		record, err := a.caStore.RootsSeen(ctx, root.Roots, time.Now())
+		root := s.root.Load()
+		record, err := s.store.RootsSeen(ctx, root.Roots, s.cfg.Now())
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
-			a.log.Warn("recording when the plug-in roots were first seen; the leader's own sightings count meanwhile", "error", err.Error())
+			s.log.Warn("recording when the plug-in roots were first seen; the leader's own sightings count meanwhile", "error", err.Error())
 			retry.Reset(5 * time.Second)
 			continue
 		}
-		a.pluginRootsSeen.adopt(record)
-		a.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
-			"trusted_from", a.issuer().TrustedFrom)
-		a.rotator.Notify()
+		s.seen.adopt(record)
+		s.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
+			"trusted_from", s.issuer()().TrustedFrom)
+		s.rotator.Notify()
 	}
 }
