@@ -25,7 +25,7 @@ type Caller struct {
 
 // ID is the caller's own SPIFFE ID in trust domain td.
 func (c Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
-	return spiffeid.FromSegments(td, "ns", c.Namespace, "sa", c.ServiceAccount)
+	return WorkloadID(td, c.Namespace, c.ServiceAccount)
 }
 
 // String names the caller for logs: ns/sa (pod).

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/utils/clock"
 )
 
@@ -150,29 +149,4 @@ func (p *Policy) callerNode(ctx context.Context, c Caller) (string, error) {
 		return "", Deny(ReasonCallerPodMismatch, "%s: token names node %s, pod is on %s", c, c.NodeName, pod.NodeName)
 	}
 	return pod.NodeName, nil
-}
-
-// workload extracts namespace and service account from an identity of the
-// form spiffe://<td>/ns/<ns>/sa/<sa>.
-// It cuts the path in place rather than splitting it: this runs on every
-// impersonation request.
-func workload(id spiffeid.ID) (ns, sa string, err error) {
-	rest, ok := strings.CutPrefix(id.Path(), "/ns/")
-	if ok {
-		ns, rest, ok = strings.Cut(rest, "/")
-	}
-	if ok {
-		sa, ok = strings.CutPrefix(rest, "sa/")
-	}
-	if !ok || ns == "" || sa == "" || strings.Contains(sa, "/") {
-		return "", "", fmt.Errorf("identity %s is not of the form spiffe://<trust domain>/ns/<namespace>/sa/<service account>", id)
-	}
-	// Names Kubernetes cannot hold never cost a pod lookup.
-	if errs := validation.IsDNS1123Label(ns); len(errs) > 0 {
-		return "", "", fmt.Errorf("identity %s names a namespace Kubernetes cannot hold: %s", id, errs[0])
-	}
-	if errs := validation.IsDNS1123Subdomain(sa); len(errs) > 0 {
-		return "", "", fmt.Errorf("identity %s names a service account Kubernetes cannot hold: %s", id, errs[0])
-	}
-	return ns, sa, nil
 }

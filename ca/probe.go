@@ -6,8 +6,6 @@ import (
 	"crypto/ecdsa"
 	"crypto/ed25519"
 	"crypto/rsa"
-	_ "crypto/sha256" // the probe's hashes
-	_ "crypto/sha512"
 	"errors"
 	"fmt"
 	"time"
@@ -28,7 +26,11 @@ func (a *Authority) Probe(ctx context.Context) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	hash := probeHash(s.signer.Public())
+	params, err := signatureParamsFor(s.signer.Public())
+	if err != nil {
+		return fmt.Errorf("probe signature: %w", err)
+	}
+	hash := params.hash
 	msg := []byte("workload-ca readiness probe " + now.String())
 	if hash != 0 {
 		h := hash.New()
@@ -45,24 +47,9 @@ func (a *Authority) Probe(ctx context.Context) error {
 	return nil
 }
 
-// probeHash is the hash crypto/x509 signs certificates with for a key:
-// SHA-384 and SHA-512 for ECDSA P-384 and P-521 (cloud KMSs sign with no
-// other), SHA-256 for other ECDSA and RSA keys, none for Ed25519.
-func probeHash(pub crypto.PublicKey) crypto.Hash {
-	switch k := pub.(type) {
-	case ed25519.PublicKey:
-		return 0
-	case *ecdsa.PublicKey:
-		switch k.Curve.Params().BitSize {
-		case 384:
-			return crypto.SHA384
-		case 521:
-			return crypto.SHA512
-		}
-	}
-	return crypto.SHA256
-}
-
+// verifyProbe checks the probe's signature as a certificate's would be:
+// with the hash the leaf profile signs with for the key
+// (signatureParamsFor).
 func verifyProbe(pub crypto.PublicKey, hash crypto.Hash, digest, sig []byte) bool {
 	switch k := pub.(type) {
 	case *ecdsa.PublicKey:

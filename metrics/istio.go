@@ -1,6 +1,10 @@
 package metrics
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workload-ca/workload-ca/server"
+)
 
 // istioCompat exports the citadel_server_* counters istiod's CA exports, so
 // dashboards and alerts written for istiod keep working.
@@ -35,13 +39,13 @@ func (c *istioCompat) requestDone(result string) {
 	}
 	c.csr.Inc()
 	switch result {
-	case resultIssued:
+	case server.ResultIssued:
 		c.success.Inc()
-	case "unauthenticated", "denied":
+	case server.ResultUnauthenticated, server.ResultDenied:
 		c.authnFail.Inc() // istiod reports impersonation denials as authentication failures
-	case "invalid":
+	case server.ResultInvalid:
 		c.parseErr.Inc()
-	case "internal":
+	case server.ResultInternal:
 		c.signErr.Inc()
 	}
 }

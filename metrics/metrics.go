@@ -6,6 +6,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/workload-ca/workload-ca/server"
 )
 
 const namespace = "workload_ca"
@@ -78,8 +80,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"CA rotation steps taken by this replica as leader (prepare, activate, retire, remove).", "step"),
 		leader: f.gauge("leader", "1 while this replica holds the leader lease."),
 	}
-	m.issued = m.requests.WithLabelValues(resultIssued, "")
-	m.issuedTime = m.issuance.WithLabelValues(resultIssued)
+	m.issued = m.requests.WithLabelValues(server.ResultIssued, "")
+	m.issuedTime = m.issuance.WithLabelValues(server.ResultIssued)
 	m.cacheHit = m.cacheLookups.WithLabelValues("hit")
 	m.cacheMiss = m.cacheLookups.WithLabelValues("miss")
 	// Exported from the start, so that dashboards and alerts see a zero
@@ -99,12 +101,9 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	return m
 }
 
-// resultIssued is the result of a request answered with a certificate.
-const resultIssued = "issued"
-
 // RequestDone records one certificate request (server.Observer).
 func (m *Metrics) RequestDone(result, reason string, d time.Duration) {
-	if result == resultIssued && reason == "" {
+	if result == server.ResultIssued && reason == "" {
 		m.issued.Inc()
 		m.issuedTime.Observe(d.Seconds())
 	} else {

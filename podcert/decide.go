@@ -9,6 +9,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certv1 "k8s.io/api/certificates/v1"
 
+	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
 )
 
@@ -68,7 +69,7 @@ func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision
 	if err != nil {
 		return deny(ReasonInvalidRequest, "%v", err)
 	}
-	id, err := spiffeid.FromSegments(td, "ns", pcr.Namespace, "sa", pcr.Spec.ServiceAccountName)
+	id, err := authz.WorkloadID(td, pcr.Namespace, pcr.Spec.ServiceAccountName)
 	if err != nil {
 		return deny(ReasonInvalidRequest, "no SPIFFE ID for service account %s/%s: %v", pcr.Namespace, pcr.Spec.ServiceAccountName, err)
 	}

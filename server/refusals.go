@@ -100,7 +100,7 @@ func (c *refusalCount) attrs() []slog.Attr {
 // decidesNothing reports whether a request's outcome is a refusal that
 // decides nothing about the caller: summarized, not recorded one by one.
 func decidesNothing(o outcome) bool {
-	return o.result == "unavailable" || o.result == "canceled"
+	return o.result == ResultUnavailable || o.result == ResultCanceled
 }
 
 // RunAudit writes the summaries of the refusals that decide nothing every

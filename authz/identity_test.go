@@ -58,7 +58,7 @@ func FuzzWorkload(f *testing.F) {
 		if len(validation.IsDNS1123Label(ns)) > 0 || len(validation.IsDNS1123Subdomain(sa)) > 0 {
 			t.Fatalf("workload(%s) = %q, %q: names Kubernetes cannot hold", id, ns, sa)
 		}
-		if back, err := spiffeid.FromSegments(td, "ns", ns, "sa", sa); err != nil || back != id {
+		if back, err := WorkloadID(td, ns, sa); err != nil || back != id {
 			t.Fatalf("workload(%s) = %q, %q, which build %v, %v", id, ns, sa, back, err)
 		}
 	})
