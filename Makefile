@@ -30,7 +30,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image
+.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -97,10 +97,18 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 		done; \
 	done
 
-lint: tools vuln ## golangci-lint, buf lint, go vet, govulncheck.
+lint: tools vuln config-reference-check ## golangci-lint, buf lint, go vet, govulncheck, the configuration reference current.
 	$(GO) vet ./...
 	$(BIN)/golangci-lint run ./...
 	cd proto && $(BIN)/buf lint
+
+CONFIG_REFERENCE := docs/configuration-reference.md
+config-reference: ## Regenerate docs/configuration-reference.md from the flag definitions.
+	$(GO) run ./cmd/workload-ca help config-reference > $(CONFIG_REFERENCE)
+
+config-reference-check: ## Fail if docs/configuration-reference.md does not match the flags.
+	$(GO) run ./cmd/workload-ca help config-reference | diff -u $(CONFIG_REFERENCE) - \
+		|| { echo "$(CONFIG_REFERENCE) is stale: run make config-reference"; exit 1; }
 
 generate: tools ## Regenerate protobuf code with the pinned generators.
 	cd proto && $(BIN)/buf generate

@@ -17,7 +17,7 @@ func envFallback(fs *flag.FlagSet) error {
 		if set[f.Name] || err != nil {
 			return
 		}
-		name := "WORKLOAD_CA_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		name := envName(f.Name)
 		if v, ok := os.LookupEnv(name); ok {
 			if e := fs.Set(f.Name, v); e != nil {
 				err = fmt.Errorf("%w: %s: %w", errUsage, name, e)

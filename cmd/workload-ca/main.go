@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/workload-ca/workload-ca/internal/gcdefault"
@@ -25,6 +26,9 @@ Usage:
   workload-ca request [flags]   request a certificate as ztunnel would
   workload-ca loadtest [flags]  load the CA as many ztunnels would, and measure it
   workload-ca version           print the version
+  workload-ca help [serve | config-reference]
+                                this text, the flags of serve, or their
+                                reference as Markdown
 
 Run "workload-ca <command> -h" for the flags of a command.
 `
@@ -54,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "version":
 		fmt.Fprintln(stdout, "workload-ca", version)
 	case "help", "-h", "--help":
-		fmt.Fprint(stdout, usage)
+		err = runHelp(args[1:], stdout)
 	default:
 		fmt.Fprintf(stderr, "unknown command %q\n\n%s", args[0], usage)
 		return 2
@@ -71,6 +75,24 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "workload-ca:", err)
 		return 1
 	}
+}
+
+// runHelp prints the usage, the flags of serve, or their reference.
+func runHelp(args []string, stdout io.Writer) error {
+	switch {
+	case len(args) == 0:
+		fmt.Fprint(stdout, usage)
+		return nil
+	case len(args) == 1 && args[0] == "serve":
+		fs, _ := serveFlags()
+		fs.SetOutput(stdout)
+		fmt.Fprintln(stdout, "Usage of workload-ca serve (each flag also WORKLOAD_CA_<FLAG>):")
+		fs.PrintDefaults()
+		return nil
+	case len(args) == 1 && args[0] == "config-reference":
+		return writeConfigReference(stdout)
+	}
+	return fmt.Errorf("%w: help %q: want serve or config-reference", errUsage, strings.Join(args, " "))
 }
 
 // errUsage is wrapped by invalid command lines.

@@ -86,21 +86,26 @@ type serveConfig struct {
 	Lease               leaseDurations
 }
 
-// parseServeFlags builds the configuration from flags (environment
-// variables WORKLOAD_CA_<FLAG> as fallback) and validates it once.
-func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+// serveFlagValues are the flags' values before they are validated into
+// a serveConfig.
+type serveFlagValues struct {
+	c                                                            serveConfig
+	td, tlsMin, logLevel, caSecret, rootNamespaces, verification string
+	dnsNames, audiences, agents                                  listFlag
+}
+
+// serveFlags defines the flags of `workload-ca serve`: the one list the
+// parser, -h and the generated configuration reference read.
+func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	var c serveConfig
-	var td, tlsMin, logLevel, caSecret, rootNamespaces, verification string
-	dnsNames := listFlag{"localhost"}
-	audiences := listFlag{tokenreview.DefaultAudience}
-	agents := listFlag{"istio-system/ztunnel"}
+	v := &serveFlagValues{dnsNames: listFlag{"localhost"}, audiences: listFlag{tokenreview.DefaultAudience},
+		agents: listFlag{"istio-system/ztunnel"}}
+	c := &v.c
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
-	fs.StringVar(&td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
+	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
 	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
-	fs.StringVar(&caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
+	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
 	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
 	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
 	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs, and with --ca-root-dir a new signing root before its intermediates do (rotating intermediates needs none: the bundle does not change)")
@@ -108,22 +113,22 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", ca.DefaultMaxTTL, "longest certificate lifetime; longer requests are clamped. Certificates cannot be revoked: this is how long a stolen one stays usable")
-	fs.Var(&dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
+	fs.Var(&v.dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
 	fs.DurationVar(&c.ServingTTL, "serving-ttl", 24*time.Hour, "lifetime of the serving certificate; renewed after two thirds")
-	fs.StringVar(&tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
+	fs.StringVar(&v.tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 50, "sustained rate of Kubernetes API requests of each client: the TokenReviews, the pod index and each writer have a rate limit of their own, leader election a fixed one")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests of each client")
-	fs.Var(&audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
+	fs.Var(&v.audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
-	fs.StringVar(&verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
+	fs.StringVar(&v.verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
 	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "how often the service account issuer's keys are fetched again; a token signed with a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
-	fs.Var(&agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
+	fs.Var(&v.agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
-	fs.StringVar(&logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
@@ -143,32 +148,42 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs.StringVar(&c.SignerName, "signer-name", clustertrustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
-	fs.StringVar(&rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
+	fs.StringVar(&v.rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
 	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
 	fs.DurationVar(&c.Lease.renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&c.Lease.retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
+	return fs, v
+}
+
+// parseServeFlags builds the configuration from flags (environment
+// variables WORKLOAD_CA_<FLAG> as fallback) and validates it once.
+func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
+	fs, v := serveFlags()
+	fs.SetOutput(stderr)
+	c := &v.c
 	if err := fs.Parse(args); err != nil {
-		return c, err
+		return *c, err
 	}
 	if fs.NArg() > 0 {
 		// Parsing stops at the first word that is not a flag: a stray
 		// "false" after a boolean flag would drop every flag after it.
-		return c, fmt.Errorf("%w: unexpected arguments %q (boolean flags take --flag=false)", errUsage, fs.Args())
+		return *c, fmt.Errorf("%w: unexpected arguments %q (boolean flags take --flag=false)", errUsage, fs.Args())
 	}
 	if err := envFallback(fs); err != nil {
-		return c, err
+		return *c, err
 	}
-	c.ServingDNSNames, c.TokenAudiences = dnsNames, audiences
-	switch verification {
+	c.ServingDNSNames, c.TokenAudiences = v.dnsNames, v.audiences
+	switch v.verification {
 	case "local":
 		c.TokenLocal = true
 	case "tokenreview":
 	default:
-		return c, fmt.Errorf("%w: --token-verification %q: want local or tokenreview", errUsage, verification)
+		return *c, fmt.Errorf("%w: --token-verification %q: want local or tokenreview", errUsage, v.verification)
 	}
-	return c, c.finish(td, tlsMin, logLevel, caSecret, rootNamespaces, agents)
+	err := c.finish(v.td, v.tlsMin, v.logLevel, v.caSecret, v.rootNamespaces, v.agents)
+	return *c, err
 }
 
 // finishCA checks the CA source: exactly one of --ca-dir and --ca-secret,

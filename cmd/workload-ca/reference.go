@@ -1,0 +1,46 @@
+package main
+
+import (
+	"flag"
+	"fmt"
+	"io"
+	"strings"
+)
+
+// writeConfigReference writes the configuration reference of `workload-ca
+// serve` as Markdown, from the flag definitions themselves
+// (docs/configuration-reference.md; `make lint` checks it is current).
+func writeConfigReference(w io.Writer) error {
+	fs, _ := serveFlags()
+	var b strings.Builder
+	b.WriteString(`# Configuration reference: ` + "`workload-ca serve`" + `
+
+Generated from the flag definitions by ` + "`make config-reference`" + `; do not edit.
+Every flag can also be set as the environment variable in its row; a flag
+on the command line wins. The configuration is validated once at start and
+every problem is reported together. [configuration.md](configuration.md)
+explains the main ones by task.
+
+| flag | environment variable | default | meaning |
+| --- | --- | --- | --- |
+`)
+	fs.VisitAll(func(f *flag.Flag) {
+		def := f.DefValue
+		if def != "" {
+			def = "`" + def + "`"
+		}
+		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
+	})
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// envName is the environment variable of flag name (envFallback).
+func envName(name string) string {
+	return "WORKLOAD_CA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
+
+// cell makes text safe in a Markdown table cell.
+func cell(s string) string {
+	return strings.ReplaceAll(strings.ReplaceAll(s, "|", `\|`), "\n", " ")
+}

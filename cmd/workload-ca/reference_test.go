@@ -1,0 +1,52 @@
+package main
+
+import (
+	"flag"
+	"strings"
+	"testing"
+)
+
+// TestConfigReferenceNamesEveryFlag: the reference has one row per serve
+// flag, with its environment variable and default, and a usage text with
+// a pipe does not break the table.
+func TestConfigReferenceNamesEveryFlag(t *testing.T) {
+	var b strings.Builder
+	if err := writeConfigReference(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	fs, _ := serveFlags()
+	n := 0
+	fs.VisitAll(func(f *flag.Flag) {
+		n++
+		row := "| `--" + f.Name + "` | `" + envName(f.Name) + "` | "
+		if !strings.Contains(out, row) {
+			t.Errorf("no row for --%s (want %q)", f.Name, row)
+		}
+	})
+	if rows := strings.Count(out, "\n| `--"); rows != n {
+		t.Errorf("%d rows for %d flags", rows, n)
+	}
+	if got := cell("a|b\nc"); got != `a\|b c` {
+		t.Errorf("cell = %q", got)
+	}
+}
+
+func TestHelp(t *testing.T) {
+	for _, tc := range []struct {
+		args     []string
+		wantCode int
+		want     string
+	}{
+		{[]string{"help"}, 0, "Usage:"},
+		{[]string{"help", "serve"}, 0, "-trust-domain"},
+		{[]string{"help", "config-reference"}, 0, "| `--trust-domain` |"},
+		{[]string{"help", "bogus"}, 2, `help "bogus"`},
+	} {
+		var stdout, stderr strings.Builder
+		code := run(t.Context(), tc.args, &stdout, &stderr)
+		if code != tc.wantCode || !strings.Contains(stdout.String()+stderr.String(), tc.want) {
+			t.Errorf("%v: exit %d, output %q; want exit %d and %q", tc.args, code, stdout.String()+stderr.String(), tc.wantCode, tc.want)
+		}
+	}
+}
