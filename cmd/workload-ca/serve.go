@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"strings"
 	"time"
 
@@ -29,6 +30,9 @@ type serveConfig struct {
 	ListenAddr  string
 	TrustDomain spiffeid.TrustDomain
 	CADir       string
+	// CADirCreate lets a missing CADir be created, with a new self-signed
+	// root in it.
+	CADirCreate bool
 	CARootDir   string
 	// CAKeyURI names the signing key of CADir's certificate, or of
 	// CARootDir's root, in a KMS or HSM instead of a key file.
@@ -104,6 +108,7 @@ func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
+	fs.BoolVar(&c.CADirCreate, "ca-dir-create", false, "with --ca-dir: create the directory, and a self-signed root in it, when it does not exist; without this a missing directory is an error, so a mistyped path never starts a new CA (an existing empty directory still gets a generated root)")
 	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
 	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
 	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
@@ -198,7 +203,7 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	case (c.CADir == "") == (caSecret == ""):
 		return []error{errors.New("exactly one of --ca-dir and --ca-secret is required")}
 	case c.CADir != "":
-		return nil
+		return c.checkCADir()
 	}
 	ns, name, ok := strings.Cut(caSecret, "/")
 	if !ok || ns == "" || name == "" || strings.Contains(name, "/") {
@@ -209,6 +214,22 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
 	}
 	return nil
+}
+
+// checkCADir refuses a --ca-dir that does not exist unless
+// --ca-dir-create asks for it: a mistyped path would otherwise start a new
+// CA with a new root that nothing trusts.
+func (c *serveConfig) checkCADir() []error {
+	fi, err := os.Stat(c.CADir)
+	switch {
+	case err == nil && !fi.IsDir():
+		return []error{fmt.Errorf("--ca-dir %s is not a directory", c.CADir)}
+	case err == nil, errors.Is(err, os.ErrNotExist) && c.CADirCreate:
+		return nil
+	case errors.Is(err, os.ErrNotExist):
+		return []error{fmt.Errorf("--ca-dir %s does not exist (a mistyped path?); --ca-dir-create makes it and a new self-signed root there", c.CADir)}
+	}
+	return []error{fmt.Errorf("--ca-dir: %w", err)}
 }
 
 // rotationPolicy is the rotation policy the flags describe; the longest

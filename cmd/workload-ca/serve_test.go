@@ -4,6 +4,9 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +38,7 @@ func TestParseServeFlags(t *testing.T) {
 			}},
 		{name: "environment fallback", args: []string{"--ca-dir", "/ca"}, env: map[string]string{"WORKLOAD_CA_TRUST_DOMAIN": "example.org", "WORKLOAD_CA_CA_DIR": "/ignored"},
 			check: func(t *testing.T, c serveConfig) {
-				if c.TrustDomain.Name() != "example.org" || c.CADir != "/ca" {
+				if c.TrustDomain.Name() != "example.org" || c.CADir == "/ignored" || c.CADir == "" {
 					t.Fatalf("env fallback: %+v", c)
 				}
 			}},
@@ -123,13 +126,31 @@ func TestParseServeFlags(t *testing.T) {
 		}},
 		{name: "no audiences", args: []string{"--ca-dir", "/ca", "--token-audiences", ""}, wantErr: "--token-audiences"},
 		{name: "all problems reported at once", args: []string{"--tls-min-version", "1.0", "--log-level", "loud"}, wantErr: "--log-level"},
+		{name: "a missing ca dir is not created unasked", args: []string{"--ca-dir", "/ca/absent"}, wantErr: "absent does not exist (a mistyped path?)"},
+		{name: "a missing ca dir created when asked", args: []string{"--ca-dir", "/ca/absent", "--ca-dir-create"}, check: func(t *testing.T, c serveConfig) {
+			if !c.CADirCreate {
+				t.Error("CADirCreate not set")
+			}
+		}},
+		{name: "a ca dir that is a file", args: []string{"--ca-dir", "/ca/file"}, wantErr: "is not a directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			for k, v := range tt.env {
 				t.Setenv(k, v)
 			}
-			c, err := parseServeFlags(tt.args, io.Discard)
+			// "/ca" is an existing directory; "/ca/file" a file in it.
+			caDir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(caDir, "file"), nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			args := slices.Clone(tt.args)
+			for i, a := range args {
+				if a == "/ca" || strings.HasPrefix(a, "/ca/") {
+					args[i] = caDir + strings.TrimPrefix(a, "/ca")
+				}
+			}
+			c, err := parseServeFlags(args, io.Discard)
 			if tt.wantErr != "" {
 				if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("parseServeFlags() error = %v, want usage error mentioning %q", err, tt.wantErr)
