@@ -25,6 +25,16 @@ const (
 	KeyRSA4096   = "rsa-4096"
 )
 
+// CheckKeyType refuses a key type GenerateRoot does not make.
+func CheckKeyType(keyType string) error {
+	switch keyType {
+	case "", KeyECDSAP256, KeyECDSAP384, KeyRSA2048, KeyRSA3072, KeyRSA4096:
+		return nil
+	}
+	return fmt.Errorf("unknown key type %q (want %s, %s, %s, %s or %s)",
+		keyType, KeyECDSAP256, KeyECDSAP384, KeyRSA2048, KeyRSA3072, KeyRSA4096)
+}
+
 // DefaultRootLifetime is the lifetime of a generated root.
 const DefaultRootLifetime = 10 * 365 * 24 * time.Hour
 
@@ -102,8 +112,7 @@ func newSigner(keyType string) (crypto.Signer, error) {
 	case KeyRSA4096:
 		s, err = keyutil.GenerateSigner("RSA", "", 4096)
 	default:
-		return nil, fmt.Errorf("keystore: unknown key type %q (want %s, %s, %s, %s or %s)",
-			keyType, KeyECDSAP256, KeyECDSAP384, KeyRSA2048, KeyRSA3072, KeyRSA4096)
+		return nil, fmt.Errorf("keystore: %w", CheckKeyType(keyType))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("keystore: generating %s key: %w", keyType, err)

@@ -48,6 +48,9 @@ func newKubeClients(cfg serveConfig) (*kubeClients, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = cfg.Kubeconfig
 	base, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
+	if clientcmd.IsEmptyConfig(err) {
+		return nil, fmt.Errorf("%w: no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given", errUsage)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}

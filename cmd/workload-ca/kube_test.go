@@ -1,8 +1,10 @@
 package main
 
 import (
+	"errors"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync"
 	"testing"
 
@@ -79,5 +81,18 @@ func TestKubeClients(t *testing.T) {
 				t.Errorf("user agents %q, want %q", agents, want)
 			}
 		})
+	}
+}
+
+// TestNoKubeConfiguration: outside a cluster and without a kubeconfig the
+// error says what to give, not client-go's KUBERNETES_MASTER hint.
+func TestNoKubeConfiguration(t *testing.T) {
+	t.Setenv("KUBERNETES_SERVICE_HOST", "")
+	t.Setenv("KUBERNETES_SERVICE_PORT", "")
+	t.Setenv("KUBECONFIG", "")
+	t.Setenv("HOME", t.TempDir())
+	_, err := newKubeClients(serveConfig{KubeQPS: 1, KubeBurst: 1})
+	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+		t.Fatalf("newKubeClients = %v; want a usage error naming --kubeconfig", err)
 	}
 }

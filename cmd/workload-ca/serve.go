@@ -166,10 +166,19 @@ func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 // variables WORKLOAD_CA_<FLAG> as fallback) and validates it once.
 func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	fs, v := serveFlags()
-	fs.SetOutput(stderr)
+	// A bad value is one line naming the flag (returned), not the whole
+	// usage; -h prints the usage.
+	fs.SetOutput(io.Discard)
+	fs.Usage = func() {}
 	c := &v.c
 	if err := fs.Parse(args); err != nil {
-		return *c, err
+		if errors.Is(err, flag.ErrHelp) {
+			fs.SetOutput(stderr)
+			fmt.Fprintln(stderr, "Usage of workload-ca serve (each flag also WORKLOAD_CA_<FLAG>; workload-ca help config-reference has them all):")
+			fs.PrintDefaults()
+			return *c, err
+		}
+		return *c, fmt.Errorf("%w: %w%s", errUsage, err, example(fs, err))
 	}
 	if fs.NArg() > 0 {
 		// Parsing stops at the first word that is not a flag: a stray
@@ -210,7 +219,12 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 		return []error{fmt.Errorf("--ca-secret %q: want namespace/name", caSecret)}
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
-	if _, err := c.rotationPolicy(); err != nil {
+	if p, err := c.rotationPolicy(); err != nil {
+		need := p.LeafMaxTTL + p.PropagationDelay
+		if p.CATTL > 0 && 0 < p.PrepareAt && p.PrepareAt < 1 && time.Duration(float64(p.CATTL)*(1-p.PrepareAt)) < need {
+			return []error{fmt.Errorf("--ca-ttl %v is too short: the next CA is prepared at %.0f%% of its life, and what is left must cover --max-ttl %v plus --rotation-propagation-delay %v; want --ca-ttl of at least %v",
+				p.CATTL, 100*p.PrepareAt, p.LeafMaxTTL, p.PropagationDelay, time.Duration(float64(need)/(1-p.PrepareAt)).Round(time.Hour))}
+		}
 		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
 	}
 	return nil
@@ -251,9 +265,10 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		errs = append(errs, fmt.Errorf("--istio-root-configmap-namespaces: %w", err))
 	}
 	if c.CAKeyURI != "" {
-		if _, err := keystore.RedactKeyURI(c.CAKeyURI); err != nil {
-			errs = append(errs, fmt.Errorf("--ca-key-uri: %w", err))
-		}
+		errs = append(errs, checkKeyURI(c.CAKeyURI)...)
+	}
+	if err := keystore.CheckKeyType(c.CAKeyType); err != nil {
+		errs = append(errs, fmt.Errorf("--ca-key-type: %w", err))
 	}
 	if c.MaxConcurrentSigns == 0 {
 		c.MaxConcurrentSigns = signsDefault(c)

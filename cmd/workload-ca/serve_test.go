@@ -21,6 +21,8 @@ func TestParseServeFlags(t *testing.T) {
 		env     map[string]string
 		check   func(t *testing.T, c serveConfig)
 		wantErr string
+		// notWant must not be in the error (internal names).
+		notWant string
 	}{
 		{name: "defaults", args: []string{"--ca-dir", "/ca"}, check: func(t *testing.T, c serveConfig) {
 			if c.ListenAddr != ":15012" || c.TrustDomain.Name() != "cluster.local" || c.DefaultTTL != 24*time.Hour ||
@@ -64,8 +66,8 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "plug-in root needs ca secret", args: []string{"--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
 		{name: "plug-in root is not for ca dir", args: []string{"--ca-dir", "/ca", "--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
 		{name: "plug-in root, still one CA source", args: []string{"--ca-dir", "/ca", "--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca"}, wantErr: "exactly one of"},
-		{name: "plug-in root, rotation policy still checked", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "rotation policy"},
-		{name: "rotation policy must leave room for the longest leaf", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "rotation policy"},
+		{name: "plug-in root, rotation policy still checked", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "--ca-ttl 48h0m0s is too short"},
+		{name: "rotation policy must leave room for the longest leaf", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "48h", "--max-ttl", "47h", "--default-ttl", "1h"}, wantErr: "--ca-ttl 48h0m0s is too short"},
 		{name: "short fast rotation for tests", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "60s", "--max-ttl", "10s", "--default-ttl", "10s", "--rotation-propagation-delay", "5s"}, check: func(t *testing.T, c serveConfig) {
 			p, err := c.rotationPolicy()
 			if err != nil || p.CATTL != time.Minute || p.LeafMaxTTL != 10*time.Second {
@@ -133,6 +135,11 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "a ca dir that is a file", args: []string{"--ca-dir", "/ca/file"}, wantErr: "is not a directory"},
+		{name: "a duration without a unit names the flag and an example", args: []string{"--ca-dir", "/ca", "--default-ttl", "5"}, wantErr: "--default-ttl wants a duration, e.g. 24h"},
+		{name: "a number that is not one", args: []string{"--ca-dir", "/ca", "--max-streams-per-connection", "x"}, wantErr: "--max-streams-per-connection wants a whole number"},
+		{name: "a key type no generator makes", args: []string{"--ca-dir", "/ca", "--ca-key-type", "ed25519"}, wantErr: `--ca-key-type: unknown key type "ed25519"`},
+		{name: "a KMS nobody knows", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "bogus:foo"}, wantErr: `--ca-key-uri: unknown KMS "bogus"`},
+		{name: "a CA lifetime too short for rotation says which flags and how long", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "1h"}, wantErr: "--ca-ttl 1h0m0s is too short", notWant: "CATTL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -155,6 +162,9 @@ func TestParseServeFlags(t *testing.T) {
 				if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("parseServeFlags() error = %v, want usage error mentioning %q", err, tt.wantErr)
 				}
+				if tt.notWant != "" && strings.Contains(err.Error(), tt.notWant) {
+					t.Fatalf("parseServeFlags() error = %v, mentions %q", err, tt.notWant)
+				}
 				return
 			}
 			if err != nil {
@@ -162,5 +172,15 @@ func TestParseServeFlags(t *testing.T) {
 			}
 			tt.check(t, c)
 		})
+	}
+}
+
+// TestServeUsageErrorIsOneLine: a bad value exits 2 with one line naming
+// the flag, not the usage of every flag.
+func TestServeUsageErrorIsOneLine(t *testing.T) {
+	var stdout, stderr strings.Builder
+	code := run(t.Context(), []string{"serve", "--ca-dir", t.TempDir(), "--default-ttl", "5"}, &stdout, &stderr)
+	if code != 2 || strings.Count(stderr.String(), "\n") != 1 || !strings.Contains(stderr.String(), "--default-ttl") {
+		t.Fatalf("exit %d, stderr %q; want 2 and one line naming --default-ttl", code, stderr.String())
 	}
 }

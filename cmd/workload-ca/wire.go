@@ -230,7 +230,7 @@ func (a *app) buildServer(ctx context.Context) error {
 		return err
 	}
 	if a.lis, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
-		return err
+		return fmt.Errorf("--listen-addr: %w", err)
 	}
 	a.lis = server.LimitConnections(a.lis, a.cfg.MaxConns)
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
@@ -338,8 +338,10 @@ func (a *app) buildAdmin(context.Context) error {
 		return st
 	})
 	var err error
-	a.adminLis, err = net.Listen("tcp", a.cfg.AdminAddr)
-	return err
+	if a.adminLis, err = net.Listen("tcp", a.cfg.AdminAddr); err != nil {
+		return fmt.Errorf("--admin-addr: %w", err)
+	}
+	return nil
 }
 
 // run serves until ctx ends: every replica indexes pods, follows its CA
