@@ -8,7 +8,9 @@ SHELL := bash
 GO      ?= go
 BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
-LDFLAGS := -X main.version=$(VERSION)
+REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+COMMIT_TIME ?= $(shell git log -1 --format=%cI 2>/dev/null)
+LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME)
 
 # The real control plane the e2e suite and the demo run against, built from
 # pinned modules (e2e/tools/go.mod) and cached by version.

@@ -42,6 +42,13 @@ type Options struct {
 	// IstioCompat also exports istiod's citadel_server_* names, so existing
 	// Istio dashboards and alerts keep working.
 	IstioCompat bool
+	// Build names the running build in workload_ca_build_info.
+	Build BuildInfo
+}
+
+// BuildInfo is what workload_ca_build_info carries as labels.
+type BuildInfo struct {
+	Version, Revision, GoVersion string
 }
 
 // runtimeMetrics matches the Go runtime metrics exported beyond the
@@ -95,6 +102,11 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	reg.MustRegister(
 		collectors.NewGoCollector(collectors.WithGoCollectorRuntimeMetrics(collectors.GoRuntimeMetricsRule{Matcher: regexp.MustCompile(runtimeMetrics)})),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	build := prometheus.NewGauge(prometheus.GaugeOpts{Namespace: namespace, Name: "build_info",
+		Help:        "1, labelled with the running build: version, VCS revision, Go version.",
+		ConstLabels: prometheus.Labels{"version": opts.Build.Version, "revision": opts.Build.Revision, "go_version": opts.Build.GoVersion}})
+	build.Set(1)
+	reg.MustRegister(build)
 	if opts.IstioCompat {
 		m.istio = newIstioCompat(reg)
 	}

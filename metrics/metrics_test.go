@@ -118,3 +118,35 @@ func TestRuntimeMetrics(t *testing.T) {
 		}
 	}
 }
+
+func TestBuildInfo(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	metrics.New(reg, metrics.Options{Build: metrics.BuildInfo{Version: "v1.2.3", Revision: "abc123", GoVersion: "go1.26.8"}})
+	want := `# HELP workload_ca_build_info 1, labelled with the running build: version, VCS revision, Go version.
+# TYPE workload_ca_build_info gauge
+workload_ca_build_info{go_version="go1.26.8",revision="abc123",version="v1.2.3"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "workload_ca_build_info"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The expiry gauges Istio's dashboards read: the newest root, and the
+// first of the chain to end.
+func TestWatchCAIstio(t *testing.T) {
+	at := func(sec int64) *x509.Certificate { return &x509.Certificate{NotAfter: time.Unix(sec, 0)} }
+	reg := prometheus.NewRegistry()
+	metrics.WatchCAIstio(reg, func() metrics.CAState {
+		return metrics.CAState{Signing: at(3000), Intermediates: []*x509.Certificate{at(2000)}, Roots: []*x509.Certificate{at(5000), at(9000)}}
+	})
+	want := `# HELP citadel_server_cert_chain_expiry_timestamp The unix timestamp, in seconds, when the CA certificate chain will expire (istiod-compatible).
+# TYPE citadel_server_cert_chain_expiry_timestamp gauge
+citadel_server_cert_chain_expiry_timestamp 2000
+# HELP citadel_server_root_cert_expiry_timestamp The unix timestamp, in seconds, when the root certificate will expire (istiod-compatible).
+# TYPE citadel_server_root_cert_expiry_timestamp gauge
+citadel_server_root_cert_expiry_timestamp 9000
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -105,6 +105,33 @@ func WatchCA(reg prometheus.Registerer, state func() CAState) {
 	})
 }
 
+// WatchCAIstio exports, from state at scrape time, the expiry gauges of
+// istiod's CA that Istio's dashboards read: the newest root's NotAfter and
+// the certificate chain's (the first of the signing certificate and the
+// intermediates to end), in Unix seconds.
+func WatchCAIstio(reg prometheus.Registerer, state func() CAState) {
+	root := prometheus.NewDesc("citadel_server_root_cert_expiry_timestamp",
+		"The unix timestamp, in seconds, when the root certificate will expire (istiod-compatible).", nil, nil)
+	chain := prometheus.NewDesc("citadel_server_cert_chain_expiry_timestamp",
+		"The unix timestamp, in seconds, when the CA certificate chain will expire (istiod-compatible).", nil, nil)
+	reg.MustRegister(&funcCollector{
+		descs: []*prometheus.Desc{root, chain},
+		collect: func(ch chan<- prometheus.Metric) {
+			s := state()
+			if c := latest(s.Roots); c != nil {
+				ch <- gauge(root, unix(c))
+			}
+			chainCerts := s.Intermediates
+			if s.Signing != nil {
+				chainCerts = append([]*x509.Certificate{s.Signing}, chainCerts...)
+			}
+			if c := earliest(chainCerts); c != nil {
+				ch <- gauge(chain, unix(c))
+			}
+		},
+	})
+}
+
 var (
 	podsDesc    = desc("podindex_pods", "Live scheduled pods in the pod index.")
 	nodesDesc   = desc("podindex_nodes", "Nodes with pods in the pod index.")

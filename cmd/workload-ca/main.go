@@ -16,8 +16,10 @@ import (
 	"github.com/workload-ca/workload-ca/internal/gcdefault"
 )
 
-// version is set at build time with -ldflags "-X main.version=...".
-var version = "dev"
+// version, revision and commitTime are set at build time with -ldflags
+// "-X main.version=..." (make build does); revision and commitTime fall
+// back to what the toolchain stamped, if it did.
+var version, revision, commitTime = "dev", "", ""
 
 const usage = `workload-ca: a certificate authority for SPIFFE workload identities
 
@@ -55,8 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runRequest(ctx, args[1:], stdout, stderr)
 	case "loadtest":
 		err = runLoadtest(ctx, args[1:], stdout, stderr)
-	case "version":
-		fmt.Fprintln(stdout, "workload-ca", version)
+	case "version", "--version":
+		fmt.Fprintln(stdout, readBuild())
 	case "help", "-h", "--help":
 		err = runHelp(args[1:], stdout)
 	default:

@@ -50,3 +50,18 @@ func TestHelp(t *testing.T) {
 		}
 	}
 }
+
+func TestVersion(t *testing.T) {
+	var stdout, stderr strings.Builder
+	if code := run(t.Context(), []string{"version"}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	out := stdout.String()
+	if !strings.HasPrefix(out, "workload-ca ") || !strings.Contains(out, "commit ") || !strings.Contains(out, "go1.") {
+		t.Fatalf("version = %q; want version, commit and Go version", out)
+	}
+	b := build{version: "v1", revision: "abc", time: "2026-12-03T00:00:00Z", goVersion: "go1.26.8", modified: true}
+	if got := b.String(); !strings.HasPrefix(got, "workload-ca v1 (commit abc-dirty, 2026-12-03T00:00:00Z, go1.26.8 ") {
+		t.Errorf("String = %q", got)
+	}
+}

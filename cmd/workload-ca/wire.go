@@ -99,7 +99,7 @@ type app struct {
 func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error {
 	reg := prometheus.NewRegistry()
 	a := &app{cfg: cfg, log: log, audit: audit, reg: reg,
-		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics})}
+		metrics: metrics.New(reg, metrics.Options{IstioCompat: cfg.IstioMetrics, Build: readBuild().metrics()})}
 	if err := a.openCAKey(ctx); err != nil {
 		return err
 	}
@@ -331,12 +331,16 @@ func (a *app) buildAdmin(context.Context) error {
 		return metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), QueuedRequests: a.svc.Queued(),
 			Accounts: a.accounts.Len(), AccountsSynced: a.accounts.HasSynced()}
 	})
-	metrics.WatchCA(a.reg, func() metrics.CAState {
+	caState := func() metrics.CAState {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
 			Intermediates: a.authority.Intermediates(), Serving: a.serving.Current().Leaf}
 		st.Phase = a.source.Phase()
 		return st
-	})
+	}
+	metrics.WatchCA(a.reg, caState)
+	if a.cfg.IstioMetrics {
+		metrics.WatchCAIstio(a.reg, caState)
+	}
 	var err error
 	if a.adminLis, err = net.Listen("tcp", a.cfg.AdminAddr); err != nil {
 		return fmt.Errorf("--admin-addr: %w", err)
