@@ -206,6 +206,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 	if len(annotations) < 9 {
 		t.Fatalf("the PrometheusRule has %d alerts, want at least 9", len(annotations))
 	}
+	checkRunbooks(t, annotations)
 
 	dir := t.TempDir()
 	write := func(name string, v any) {
@@ -225,6 +226,25 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		cmd.Dir = dir
 		if out, err := cmd.CombinedOutput(); err != nil {
 			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
+}
+
+// checkRunbooks: every alert's runbook_url points at its own section of
+// docs/operations.md, which exists.
+func checkRunbooks(t *testing.T, annotations map[string]map[string]string) {
+	t.Helper()
+	doc, err := os.ReadFile(filepath.Join("..", "docs", "operations.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, a := range annotations {
+		url := a["runbook_url"]
+		if !strings.HasSuffix(url, "/docs/operations.md#"+strings.ToLower(name)) {
+			t.Errorf("alert %s: runbook_url %q does not point at its section of docs/operations.md", name, url)
+		}
+		if !strings.Contains(string(doc), "\n### "+name+"\n") {
+			t.Errorf("alert %s: docs/operations.md has no runbook section \"### %s\"", name, name)
 		}
 	}
 }
