@@ -99,6 +99,12 @@ func TestChart(t *testing.T) {
 		}{
 			{"no node agents", "nodeAgents must name at least one", []string{"--set-json", "nodeAgents=[]"}},
 			{"a node agent that is not namespace/serviceaccount", "is not namespace/serviceaccount", []string{"--set-json", `nodeAgents=["ztunnel"]`}},
+			{"a trust domain that is not one (values.schema.json)", "at '/trustDomain'", []string{"--set", "trustDomain=Bad Domain"}},
+			{"a duration without a unit", "at '/defaultTTL'", []string{"--set", "defaultTTL=5"}},
+			{"a duration that is no duration", "at '/ca/rotation/caTTL'", []string{"--set", "ca.rotation.caTTL=two years"}},
+			{"a key type no generator makes", "at '/ca/keyType'", []string{"--set", "ca.keyType=ed25519"}},
+			{"an unknown log level", "at '/logLevel'", []string{"--set", "logLevel=loud"}},
+			{"an unknown token verification", "at '/tokenVerification'", []string{"--set", "tokenVerification=jwt"}},
 			{"an unknown CA mode", "ca.mode must be secret or plugin", []string{"--set", "ca.mode=file"}},
 			{"plugin mode without its Secret", "ca.plugin.secretName is required", []string{"--set", "ca.mode=plugin"}},
 			{"a KMS key with a generated root", "ca.keyURI needs ca.mode plugin", []string{"--set", "ca.keyURI=awskms:key-id=k"}},
