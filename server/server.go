@@ -296,7 +296,7 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 		slog.String("caller", d.caller.Namespace+"/"+d.caller.ServiceAccount),
 		slog.String("pod", d.caller.PodName),
 		slog.String("node", d.caller.NodeName),
-		slog.Duration("took", took),
+		slog.Float64("took_seconds", took.Seconds()),
 	}
 	if !d.requested.IsZero() {
 		attrs = append(attrs, slog.String("requested", d.requested.String()))

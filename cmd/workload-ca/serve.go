@@ -62,6 +62,8 @@ type serveConfig struct {
 	ShutdownDelay    time.Duration
 	MaxConnAge       time.Duration
 	LogLevel         slog.Level
+	// LogText writes the logs as text (--log-format text) instead of JSON.
+	LogText bool
 
 	MaxConcurrentSigns int
 	SignQueueTimeout   time.Duration
@@ -93,9 +95,9 @@ type serveConfig struct {
 // serveFlagValues are the flags' values before they are validated into
 // a serveConfig.
 type serveFlagValues struct {
-	c                                                            serveConfig
-	td, tlsMin, logLevel, caSecret, rootNamespaces, verification string
-	dnsNames, audiences, agents                                  listFlag
+	c                                                                       serveConfig
+	td, tlsMin, logLevel, logFormat, caSecret, rootNamespaces, verification string
+	dnsNames, audiences, agents                                             listFlag
 }
 
 // serveFlags defines the flags of `workload-ca serve`: the one list the
@@ -134,6 +136,7 @@ func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
 	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&v.logFormat, "log-format", "json", "log format: json (one object a line, for log pipelines) or text (key=value, for a terminal); audit records in --audit-log are always JSON")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
@@ -189,6 +192,13 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 		return *c, err
 	}
 	c.ServingDNSNames, c.TokenAudiences = v.dnsNames, v.audiences
+	switch v.logFormat {
+	case "json":
+	case "text":
+		c.LogText = true
+	default:
+		return *c, fmt.Errorf("%w: --log-format %q: want json or text", errUsage, v.logFormat)
+	}
 	switch v.verification {
 	case "local":
 		c.TokenLocal = true

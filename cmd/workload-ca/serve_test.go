@@ -135,6 +135,12 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "a ca dir that is a file", args: []string{"--ca-dir", "/ca/file"}, wantErr: "is not a directory"},
+		{name: "text logs", args: []string{"--ca-dir", "/ca", "--log-format", "text"}, check: func(t *testing.T, c serveConfig) {
+			if !c.LogText {
+				t.Error("LogText not set")
+			}
+		}},
+		{name: "an unknown log format", args: []string{"--ca-dir", "/ca", "--log-format", "xml"}, wantErr: "--log-format"},
 		{name: "a duration without a unit names the flag and an example", args: []string{"--ca-dir", "/ca", "--default-ttl", "5"}, wantErr: "--default-ttl wants a duration, e.g. 24h"},
 		{name: "a number that is not one", args: []string{"--ca-dir", "/ca", "--max-streams-per-connection", "x"}, wantErr: "--max-streams-per-connection wants a whole number"},
 		{name: "a key type no generator makes", args: []string{"--ca-dir", "/ca", "--ca-key-type", "ed25519"}, wantErr: `--ca-key-type: unknown key type "ed25519"`},

@@ -43,7 +43,12 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
-	log := slog.New(slog.NewJSONHandler(stdout, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
+	var h slog.Handler = slog.NewJSONHandler(stdout, opts)
+	if cfg.LogText {
+		h = slog.NewTextHandler(stdout, opts)
+	}
+	log := slog.New(h)
 	// client-go logs through klog; route it into our logger. Its verbosity
 	// stays at the default, which never logs bearer tokens.
 	klog.SetSlogLogger(log.With("component", "client-go"))

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"math"
 	"os"
 	"slices"
 	"time"
@@ -11,7 +12,7 @@ import (
 
 // handlingTimes reads the CA's audit log at path and returns, for the
 // requests answered in [from, to), the time the service itself took (the
-// record's "took": from the handler's start to its answer, without the
+// record's "took_seconds": from the handler's start to its answer, without the
 // transport, the network or the client), sorted.
 func handlingTimes(path string, from, to time.Time) ([]time.Duration, error) {
 	f, err := os.Open(path)
@@ -24,15 +25,15 @@ func handlingTimes(path string, from, to time.Time) ([]time.Duration, error) {
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
 		var rec struct {
-			Time time.Time      `json:"time"`
-			Took *time.Duration `json:"took"` // slog writes a Duration as nanoseconds
+			Time time.Time `json:"time"`
+			Took *float64  `json:"took_seconds"`
 		}
 		if err := json.Unmarshal(sc.Bytes(), &rec); err != nil {
 			return nil, err
 		}
 		// Summaries of refusals are records of no one request.
 		if rec.Took != nil && !rec.Time.Before(from) && rec.Time.Before(to) {
-			took = append(took, *rec.Took)
+			took = append(took, time.Duration(math.Round(*rec.Took*float64(time.Second))))
 		}
 	}
 	if err := sc.Err(); err != nil {

@@ -9,11 +9,11 @@ import (
 
 func TestHandlingTimes(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
-	log := `{"time":"2026-12-01T10:00:00.5Z","msg":"certificate issued","took":9000000}
-{"time":"2026-12-01T10:00:01Z","msg":"certificate issued","took":3000000}
-{"time":"2026-12-01T10:00:01.5Z","msg":"certificate request refused","took":1000000}
-{"time":"2026-12-01T10:00:02Z","msg":"certificate issued","took":2000000}
-{"time":"2026-12-01T10:00:03Z","msg":"certificate issued","took":7000000}
+	log := `{"time":"2026-12-01T10:00:00.5Z","msg":"certificate issued","took_seconds":0.009}
+{"time":"2026-12-01T10:00:01Z","msg":"certificate issued","took_seconds":0.003}
+{"time":"2026-12-01T10:00:01.5Z","msg":"certificate request refused","took_seconds":0.001}
+{"time":"2026-12-01T10:00:02Z","msg":"certificate issued","took_seconds":0.002}
+{"time":"2026-12-01T10:00:03Z","msg":"certificate issued","took_seconds":0.007}
 `
 	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
 		t.Fatal(err)
