@@ -6,6 +6,10 @@ import (
 	"fmt"
 	"sync/atomic"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
@@ -38,6 +42,25 @@ type Target interface {
 	Keys() []string
 	// Reconcile converges one key and says how (a Result* value).
 	Reconcile(ctx context.Context, key string) (string, error)
+}
+
+// ListWatch lists and watches with fieldSelector ("" for everything), for
+// a target's informers. client tells the reflector whether watch-list
+// streaming works (not with the fake clientset).
+func ListWatch(client kubernetes.Interface, fieldSelector string,
+	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
+) cache.ListerWatcher {
+	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = fieldSelector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = fieldSelector
+			return watchFn(ctx, o)
+		},
+	}, client)
 }
 
 // NewQueue returns the workqueue of one run, with the controllers' usual

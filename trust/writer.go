@@ -38,23 +38,6 @@ type Objects[T metav1.Object] interface {
 	Update(ctx context.Context, cur T, content string) error
 }
 
-// Writer converges published objects to the roots: created when missing,
-// updated when their content, its stamp or our labels differ, and
-// restored, at most once per repair interval, when another writer changed
-// the content we last wrote. A Writer lives as long as one run.
-type Writer[T metav1.Object] struct {
-	kind    Kind
-	objects Objects[T]
-	labels  map[string]string
-	// manager and field name our writes and where the content is, to name
-	// the other writers of a contested object.
-	manager string
-	field   []string
-	queue   workqueue.TypedDelayingInterface[string]
-	opts    Options
-	written *contest.Tracker
-}
-
 // WriterConfig configures a Writer.
 type WriterConfig[T metav1.Object] struct {
 	Kind    Kind
@@ -62,7 +45,8 @@ type WriterConfig[T metav1.Object] struct {
 	// Labels are the labels every object we publish carries.
 	Labels map[string]string
 	// FieldManager is the field manager of our writes; ContentField the
-	// path of the content in managed fields ("data", "root-cert.pem").
+	// path of the content in managed fields ("data", "root-cert.pem"), to
+	// name the other writers of a contested object.
 	FieldManager string
 	ContentField []string
 	// Queue is the run's queue: a deferred repair re-adds its key.
@@ -70,57 +54,65 @@ type WriterConfig[T metav1.Object] struct {
 	Options Options
 }
 
-// NewWriter returns a Writer for one run.
-func NewWriter[T metav1.Object](c WriterConfig[T]) *Writer[T] {
-	return &Writer[T]{kind: c.Kind, objects: c.Objects, labels: c.Labels, manager: c.FieldManager, field: c.ContentField,
-		queue: c.Queue, opts: c.Options, written: contest.NewTracker(c.Options.Clock, c.Options.RepairInterval)}
+// Writer converges published objects to the roots: created when missing,
+// updated when their content, its stamp or our labels differ, and
+// restored, at most once per repair interval, when another writer changed
+// the content we last wrote. A Writer lives as long as one run.
+type Writer[T metav1.Object] struct {
+	WriterConfig[T]
+	written *contest.Tracker
 }
 
-// Labels are the labels of the objects we publish.
-func (w *Writer[T]) Labels() map[string]string { return w.labels }
+// NewWriter returns a Writer for one run.
+func NewWriter[T metav1.Object](c WriterConfig[T]) *Writer[T] {
+	return &Writer[T]{WriterConfig: c, written: contest.NewTracker(c.Options.Clock, c.Options.RepairInterval)}
+}
+
+// id is the key an object is tracked under.
+func id(key, name string) string { return key + "/" + name }
 
 // Mark gives obj our stamp of content and our labels, keeping the others.
 func (w *Writer[T]) Mark(obj metav1.Object, content string) {
 	obj.SetAnnotations(contest.Stamp(obj.GetAnnotations(), content))
 	l := obj.GetLabels()
 	if l == nil {
-		l = make(map[string]string, len(w.labels))
+		l = make(map[string]string, len(w.Labels))
 	}
-	maps.Copy(l, w.labels)
+	maps.Copy(l, w.Labels)
 	obj.SetLabels(l)
 }
 
 // Forget drops what the Writer knows of an object that is gone.
-func (w *Writer[T]) Forget(key, name string) { w.written.Forget(key + "/" + name) }
+func (w *Writer[T]) Forget(key, name string) { w.written.Forget(id(key, name)) }
 
 // Ensure converges the object name of key to content.
 func (w *Writer[T]) Ensure(ctx context.Context, key, name, content string) (string, error) {
-	id := key + "/" + name
-	cur, ok, err := w.objects.Cached(key, name)
+	tracked := id(key, name)
+	cur, ok, err := w.Objects.Cached(key, name)
 	if err != nil {
 		return ResultError, err
 	}
 	if !ok {
-		if cur, ok, err = w.objects.CreateOrGet(ctx, key, name, content); !ok {
+		if cur, ok, err = w.Objects.CreateOrGet(ctx, key, name, content); !ok {
 			if err != nil {
 				return failed(err)
 			}
-			w.written.Wrote(id, content)
+			w.written.Wrote(tracked, content)
 			return ResultCreated, nil
 		}
 	}
-	have := w.objects.Content(cur)
-	if have == content && HasLabels(cur.GetLabels(), w.labels) && contest.Stamped(cur.GetAnnotations(), content) {
-		w.written.Wrote(id, content)
+	have := w.Objects.Content(cur)
+	if have == content && HasLabels(cur.GetLabels(), w.Labels) && contest.Stamped(cur.GetAnnotations(), content) {
+		w.written.Wrote(tracked, content)
 		return ResultUnchanged, nil
 	}
-	if w.written.Edited(id, have, cur.GetAnnotations()) {
+	if w.written.Edited(tracked, have, cur.GetAnnotations()) {
 		return w.repair(ctx, key, name, content)
 	}
-	if err := w.objects.Update(ctx, cur, content); err != nil {
+	if err := w.Objects.Update(ctx, cur, content); err != nil {
 		return failed(err)
 	}
-	w.written.Wrote(id, content)
+	w.written.Wrote(tracked, content)
 	return ResultUpdated, nil
 }
 
@@ -130,28 +122,28 @@ func (w *Writer[T]) Ensure(ctx context.Context, key, name, content string) (stri
 // The other writers are named from the live object's managed fields (the
 // cache drops them).
 func (w *Writer[T]) repair(ctx context.Context, key, name, content string) (string, error) {
-	id := key + "/" + name
-	if wait := w.written.Repair(id); wait > 0 {
-		w.queue.AddAfter(key, wait)
-		w.opts.Logger.DebugContext(ctx, "roots in the "+w.kind.Name+" changed again by another writer; restoring them later",
-			w.kind.Key, key, "name", name, "in", wait)
+	tracked := id(key, name)
+	if wait := w.written.Repair(tracked); wait > 0 {
+		w.Queue.AddAfter(key, wait)
+		w.Options.Logger.DebugContext(ctx, "roots in the "+w.Kind.Name+" changed again by another writer; restoring them later",
+			w.Kind.Key, key, "name", name, "in", wait)
 		return ResultDeferred, nil
 	}
-	live, err := w.objects.Get(ctx, key, name)
+	live, err := w.Objects.Get(ctx, key, name)
 	if err != nil {
 		return failed(err)
 	}
-	writers := contest.Writers(live, w.manager, w.field...)
+	writers := contest.Writers(live, w.FieldManager, w.ContentField...)
 	if len(writers) == 0 {
 		writers = []string{"unknown"}
 	}
-	w.opts.Logger.WarnContext(ctx, "another writer changed the roots in the "+w.kind.Name+"; restoring them (is another publisher of it, such as istiod's, running?)",
-		w.kind.Key, key, "name", name, "writers", writers, "nextRepairAfter", w.opts.RepairInterval)
+	w.Options.Logger.WarnContext(ctx, "another writer changed the roots in the "+w.Kind.Name+"; restoring them (is another publisher of it, such as istiod's, running?)",
+		w.Kind.Key, key, "name", name, "writers", writers, "nextRepairAfter", w.Options.RepairInterval)
 	live.SetManagedFields(nil) // unchanged: the API server keeps tracking them
-	if err := w.objects.Update(ctx, live, content); err != nil {
+	if err := w.Objects.Update(ctx, live, content); err != nil {
 		return failed(err)
 	}
-	w.written.Wrote(id, content)
+	w.written.Wrote(tracked, content)
 	return ResultRepaired, nil
 }
 

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/workload-ca/workload-ca/trust"
 )
 
 // ErrNotServed is returned by Run when the apiserver serves neither
@@ -129,16 +131,7 @@ func v1beta1API(client kubernetes.Interface) *bundleAPI {
 
 // listWatch lists and watches the bundles matching fieldSelector.
 func (a *bundleAPI) listWatch(fieldSelector string) cache.ListerWatcher {
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fieldSelector
-			return a.list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fieldSelector
-			return a.watch(ctx, o)
-		},
-	}, a.client)
+	return trust.ListWatch(a.client, fieldSelector, a.list, a.watch)
 }
 
 // toV1Transform is the informers' transform: it stores every bundle as a

@@ -11,8 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
@@ -41,7 +39,7 @@ func newRun(p *Publisher) *run {
 	// applied in reconcile, so a namespace whose labels change is
 	// reconciled like any other event.
 	nsStore, nsInformer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: listWatch(p.client, "",
+		ListerWatcher: trust.ListWatch(p.client, "",
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.Namespaces().List(ctx, o)
 			},
@@ -54,7 +52,7 @@ func newRun(p *Publisher) *run {
 	// metadata.name selects our ConfigMap in every namespace; the name is
 	// immutable, so an edited ConfigMap never leaves the selection.
 	cmStore, cmInformer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: listWatch(p.client, fields.OneTermEqualSelector("metadata.name", ConfigMapName).String(),
+		ListerWatcher: trust.ListWatch(p.client, fields.OneTermEqualSelector("metadata.name", ConfigMapName).String(),
 			func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 				return core.ConfigMaps(metav1.NamespaceAll).List(ctx, o)
 			},
@@ -67,25 +65,6 @@ func newRun(p *Publisher) *run {
 	r.namespaces, r.configMaps = nsStore, cmStore
 	r.informers = []cache.Controller{nsInformer, cmInformer}
 	return r
-}
-
-// listWatch lists and watches with fieldSelector ("" for everything).
-func listWatch(client kubernetes.Interface, fieldSelector string,
-	list func(context.Context, metav1.ListOptions) (runtime.Object, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error),
-) cache.ListerWatcher {
-	// client tells the reflector whether watch-list streaming works (not
-	// with the fake clientset).
-	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = fieldSelector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = fieldSelector
-			return watchFn(ctx, o)
-		},
-	}, client)
 }
 
 // dropManagedFields is the informers' transform: managed fields are never
@@ -221,12 +200,9 @@ func (r *run) CreateOrGet(ctx context.Context, ns, name, content string) (*corev
 	case !apierrors.IsAlreadyExists(err):
 		return nil, false, err
 	}
-	cur, err := r.p.client.CoreV1().ConfigMaps(ns).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, false, fmt.Errorf("%w: ConfigMap %s/%s deleted after create found it", trust.ErrRequeue, ns, name)
-	}
+	cur, err := r.Get(ctx, ns, name)
 	if err != nil {
-		return nil, false, fmt.Errorf("get ConfigMap %s/%s: %w", ns, name, err)
+		return nil, false, err
 	}
 	return cur, true, nil
 }
