@@ -92,7 +92,7 @@ func (s *Source) recordRootsSeen(ctx context.Context) error {
 		}
 		s.seen.adopt(record)
 		s.log.Info("plug-in roots recorded", "roots", len(record), "signing_root", root.Cert.Subject.String(),
-			"trusted_from", s.issuer()().TrustedFrom)
+			"trusted_from", s.issuer().TrustedFrom)
 		s.rotator.Notify()
 	}
 }

@@ -69,8 +69,6 @@ type Source struct {
 	components []component.Component
 	// onChange are told after the material changed (OnChange).
 	onChange []func()
-	// phase reports the rotation phase (nil without a Secret).
-	phase func() string
 
 	// With a Secret: its store and rotator.
 	store   *castate.SecretStore
@@ -125,10 +123,10 @@ func (s *Source) OnChange(f func()) { s.onChange = append(s.onChange, f) }
 // Phase is the rotation phase of the Secret's state, or "" when the
 // material is a directory's.
 func (s *Source) Phase() string {
-	if s.phase == nil {
+	if s.store == nil {
 		return ""
 	}
-	return s.phase()
+	return s.store.Current().Phase()
 }
 
 // openDir loads the CA from the directory (generating a root there on
@@ -187,8 +185,12 @@ func (s *Source) openSecret(ctx context.Context) error {
 		return err
 	}
 	s.store = store
+	var issuer func() rotation.Issuer // nil: self-signed roots, no issuer to follow
+	if s.cfg.RootDir != "" {
+		issuer = s.issuer
+	}
 	rot, err := rotation.New(rotation.Config{Store: store, Generate: generate, Policy: s.cfg.Policy,
-		Issuer: s.issuer(), Observer: s.cfg.Observer, Logger: s.log.With("component", "rotation")})
+		Issuer: issuer, Observer: s.cfg.Observer, Logger: s.log.With("component", "rotation")})
 	if err != nil {
 		return err
 	}
@@ -199,17 +201,11 @@ func (s *Source) openSecret(ctx context.Context) error {
 	s.OnChange(rot.Notify)
 	s.components = append(s.components,
 		component.Component{Name: "ca-secret", Run: func(ctx context.Context) error { return store.Run(ctx, s.followState) },
-			Ready: func(context.Context) error {
-				if !store.HasSynced() {
-					return errors.New("initial list not done")
-				}
-				return nil
-			}},
+			Ready: component.Synced(store.HasSynced)},
 		component.Component{Name: "rotation", Leader: true, Run: rot.Run})
 	if s.cfg.RootDir != "" {
 		s.components = append(s.components, component.Component{Name: "roots-seen", Leader: true, Run: s.recordRootsSeen})
 	}
-	s.phase = func() string { return store.Current().Phase() }
 	return nil
 }
 
@@ -235,17 +231,12 @@ func (s *Source) generator() (func(time.Time) (*ca.Material, error), error) {
 	}, nil
 }
 
-// issuer returns, with a plug-in root, the current root for the rotator
-// and when it is trusted everywhere: the propagation delay after this
-// process first saw it in the bundle. Without one it returns nil.
-func (s *Source) issuer() func() rotation.Issuer {
-	if s.cfg.RootDir == "" {
-		return nil
-	}
-	return func() rotation.Issuer {
-		root := s.root.Load()
-		return rotation.Issuer{Cert: root.Cert, TrustedFrom: s.seen.since(root.Cert, s.cfg.Now()).Add(s.cfg.Policy.PropagationDelay)}
-	}
+// issuer is, with a plug-in root, the current root for the rotator and
+// when it is trusted everywhere: the propagation delay after this process
+// first saw it in the bundle.
+func (s *Source) issuer() rotation.Issuer {
+	root := s.root.Load()
+	return rotation.Issuer{Cert: root.Cert, TrustedFrom: s.seen.since(root.Cert, s.cfg.Now()).Add(s.cfg.Policy.PropagationDelay)}
 }
 
 // externalRoots are the plug-in root's trust bundle, or nil for
@@ -288,7 +279,7 @@ func (s *Source) setPluginRoot(root *ca.Material) error {
 	previous := s.root.Swap(root)
 	if previous == nil || !previous.Cert.Equal(root.Cert) {
 		s.log.Info("new plug-in signing root: the leader moves to intermediates it issues once every verifier trusts it",
-			"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "trusted_from", s.issuer()().TrustedFrom)
+			"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "trusted_from", s.issuer().TrustedFrom)
 	}
 	// On the leader, record the new bundle's roots in the Secret.
 	select {

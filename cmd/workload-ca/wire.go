@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -217,8 +216,8 @@ func (a *app) buildServer(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.add(component.Component{Name: "pod-index", Run: a.pods.Run, Ready: func(context.Context) error { return syncedErr(a.pods.HasSynced()) }},
-		component.Component{Name: "service-account-index", Ready: func(context.Context) error { return syncedErr(a.accounts.HasSynced()) }},
+	a.add(component.Component{Name: "pod-index", Run: a.pods.Run, Ready: component.Synced(a.pods.HasSynced)},
+		component.Component{Name: "service-account-index", Ready: component.Synced(a.accounts.HasSynced)},
 		component.Component{Name: "ca", Ready: admin.Cached(a.authority.Probe, 10*time.Second, nil)})
 	a.readiness = admin.NewReadiness(a.checks()...)
 	a.svc, err = server.NewService(server.Config{
@@ -315,13 +314,6 @@ func (a *app) checks() []admin.Check {
 		}
 	}
 	return out
-}
-
-func syncedErr(synced bool) error {
-	if !synced {
-		return errors.New("initial list not done")
-	}
-	return nil
 }
 
 // buildAdmin serves /metrics, /healthz and /readyz, and exports the state

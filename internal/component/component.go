@@ -4,7 +4,10 @@
 // know what they hold.
 package component
 
-import "context"
+import (
+	"context"
+	"errors"
+)
 
 // Component is one part's work.
 type Component struct {
@@ -20,4 +23,15 @@ type Component struct {
 	// Ready, if set, is a readiness check: nil when the component is
 	// ready to serve (a replica is not ready until every check passes).
 	Ready func(ctx context.Context) error
+}
+
+// Synced is a readiness check of an informer-backed component: ready once
+// hasSynced reports its initial list done.
+func Synced(hasSynced func() bool) func(context.Context) error {
+	return func(context.Context) error {
+		if !hasSynced() {
+			return errors.New("initial list not done")
+		}
+		return nil
+	}
 }
