@@ -90,10 +90,23 @@ func (p Policy) Validate() error {
 	}
 	room := fraction(p.CATTL, 1-p.PrepareAt)
 	if need := p.LeafMaxTTL + p.PropagationDelay; room < need {
-		return fmt.Errorf("rotation: CATTL %v leaves %v after PrepareAt, less than LeafMaxTTL + PropagationDelay = %v",
-			p.CATTL, room, need)
+		return &TooShortError{CATTL: p.CATTL, Room: room, Need: need, PrepareAt: p.PrepareAt,
+			Least: fraction(need, 1/(1-p.PrepareAt))}
 	}
 	return nil
+}
+
+// TooShortError is Validate's answer to a CATTL that leaves, after
+// PrepareAt of its life, less than Need (LeafMaxTTL + PropagationDelay).
+// Least is the shortest CATTL that would do.
+type TooShortError struct {
+	CATTL, Room, Need, Least time.Duration
+	PrepareAt                float64
+}
+
+func (e *TooShortError) Error() string {
+	return fmt.Sprintf("rotation: CATTL %v leaves %v after PrepareAt, less than LeafMaxTTL + PropagationDelay = %v",
+		e.CATTL, e.Room, e.Need)
 }
 
 // ForKind returns the policy that rotates authorities of kind k: p itself

@@ -1,6 +1,7 @@
 package rotation_test
 
 import (
+	"errors"
 	"math"
 	"testing"
 	"time"
@@ -47,5 +48,23 @@ func TestPolicyValidate(t *testing.T) {
 				t.Fatalf("WithDefaults = %v, want ok %v", err, tt.ok)
 			}
 		})
+	}
+}
+
+// A CA lifetime too short to rotate says how short, and the least that
+// works: the callers name their own settings with it.
+func TestPolicyTooShort(t *testing.T) {
+	p := rotation.Policy{CATTL: 48 * time.Hour, LeafMaxTTL: 47 * time.Hour, PropagationDelay: 24 * time.Hour,
+		PrepareAt: 0.5, ActivateAt: 5.0 / 6}
+	var short *rotation.TooShortError
+	if err := p.Validate(); !errors.As(err, &short) {
+		t.Fatalf("Validate = %v; want a TooShortError", err)
+	}
+	if short.Need != 71*time.Hour || short.Room != 24*time.Hour || short.Least != 142*time.Hour {
+		t.Errorf("TooShortError %+v; want need 71h, room 24h, least 142h", short)
+	}
+	p.CATTL = short.Least
+	if err := p.Validate(); err != nil {
+		t.Errorf("the least lifetime it names is refused: %v", err)
 	}
 }

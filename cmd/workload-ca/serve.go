@@ -229,11 +229,10 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 		return []error{fmt.Errorf("--ca-secret %q: want namespace/name", caSecret)}
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
-	if p, err := c.rotationPolicy(); err != nil {
-		need := p.LeafMaxTTL + p.PropagationDelay
-		if p.CATTL > 0 && 0 < p.PrepareAt && p.PrepareAt < 1 && time.Duration(float64(p.CATTL)*(1-p.PrepareAt)) < need {
+	if _, err := c.rotationPolicy(); err != nil {
+		if short := (*rotation.TooShortError)(nil); errors.As(err, &short) {
 			return []error{fmt.Errorf("--ca-ttl %v is too short: the next CA is prepared at %.0f%% of its life, and what is left must cover --max-ttl %v plus --rotation-propagation-delay %v; want --ca-ttl of at least %v",
-				p.CATTL, 100*p.PrepareAt, p.LeafMaxTTL, p.PropagationDelay, time.Duration(float64(need)/(1-p.PrepareAt)).Round(time.Hour))}
+				short.CATTL, 100*short.PrepareAt, c.MaxTTL, c.Propagation, short.Least.Round(time.Hour))}
 		}
 		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
 	}
