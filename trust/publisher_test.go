@@ -1,7 +1,6 @@
 package trust
 
 import (
-	"bytes"
 	"context"
 	"crypto/x509"
 	"errors"
@@ -10,12 +9,15 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/utils/clock"
+
+	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/internal/testobs"
+	"github.com/workload-ca/workload-ca/internal/testwait"
 )
 
 // listTarget reconciles fixed keys with fixed outcomes, and counts them.
@@ -53,45 +55,9 @@ func (l *listTarget) count(key string) int {
 	return l.done[key]
 }
 
-type results struct {
-	mu  sync.Mutex
-	got map[string]int
-}
-
-func (r *results) Published(result string) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.got[result]++
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); !cond(); time.Sleep(5 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-	}
-}
-
 func TestPublisherRun(t *testing.T) {
-	logs := &syncBuffer{}
-	obs := &results{got: map[string]int{}}
+	logs := &testlog.Buffer{}
+	obs := &testobs.Results{}
 	opts, err := Options{TrustDomain: spiffeid.RequireTrustDomainFromString("example.org"),
 		Roots: func() []*x509.Certificate { return nil }, Observer: obs,
 		Logger: slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug}))}.WithDefaults()
@@ -108,21 +74,19 @@ func TestPublisherRun(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- p.Run(ctx, func(context.Context) (Target, error) { return target, nil }) }()
-	eventually(t, "every key reconciled", func() bool { return target.count("ok") == 1 && target.count("raced") > 0 && target.count("broken") > 0 })
+	testwait.Eventually(t, "every key reconciled", func() bool { return target.count("ok") == 1 && target.count("raced") > 0 && target.count("broken") > 0 })
 	if err := p.Run(t.Context(), func(context.Context) (Target, error) { return target, nil }); err == nil || !strings.Contains(err.Error(), "already running") {
 		t.Fatalf("second Run = %v; want already running", err)
 	}
 	p.Trigger()
-	eventually(t, "Trigger to reconcile every key again", func() bool { return target.count("ok") == 2 })
+	testwait.Eventually(t, "Trigger to reconcile every key again", func() bool { return target.count("ok") == 2 })
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatalf("Run = %v after ctx ended; want nil", err)
 	}
-	obs.mu.Lock()
-	got := obs.got
-	obs.mu.Unlock()
-	if got[ResultUnchanged] < 2 || got[ResultRequeued] == 0 || got[ResultError] == 0 {
-		t.Errorf("results %v; want unchanged, requeued and error reported", got)
+	if obs.Count(ResultUnchanged) < 2 || obs.Count(ResultRequeued) == 0 || obs.Count(ResultError) == 0 {
+		t.Errorf("results: %d unchanged, %d requeued, %d error; want unchanged twice, requeued and error reported",
+			obs.Count(ResultUnchanged), obs.Count(ResultRequeued), obs.Count(ResultError))
 	}
 	out := logs.String()
 	if !strings.Contains(out, `level=ERROR msg="publishing Thing failed, will retry" namespace=broken`) {
