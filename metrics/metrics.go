@@ -27,6 +27,8 @@ type Metrics struct {
 	published    *prometheus.CounterVec
 	podCerts     *prometheus.CounterVec
 	rootCMs      *prometheus.CounterVec
+	istiodCerts  *prometheus.CounterVec
+	istiodExpiry prometheus.Gauge
 	rotations    *prometheus.CounterVec
 	leader       prometheus.Gauge
 	istio        *istioCompat
@@ -83,6 +85,10 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"PodCertificateRequests decided, by result (issued, denied, failed).", "result"),
 		rootCMs: f.counterVec("root_configmap_publish_total",
 			"Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, repaired, deferred, unchanged, skipped, requeued, error).", "result"),
+		istiodCerts: f.counterVec("istiod_cert_publish_total",
+			"Reconciliations of istiod's serving certificate Secret (--istiod-cert), by result (created, updated, unchanged, skipped: a Secret not ours, requeued, error).", "result"),
+		istiodExpiry: f.gauge("istiod_cert_expiry_timestamp_seconds",
+			"NotAfter of istiod's serving certificate in its Secret as a Unix time, as last seen by this replica while leading (--istiod-cert); 0 before."),
 		rotations: f.counterVec("rotation_steps_total",
 			"CA rotation steps taken by this replica as leader (prepare, activate, retire, remove).", "step"),
 		leader: f.gauge("leader", "1 while this replica holds the leader lease."),
@@ -161,6 +167,12 @@ func (p PublishCounter) Published(result string) { p.c.WithLabelValues(result).I
 
 // RootConfigMaps counts the reconciliations of Istio's root ConfigMap.
 func (m *Metrics) RootConfigMaps() PublishCounter { return PublishCounter{m.rootCMs} }
+
+// IstiodCerts counts the reconciliations of istiod's certificate Secret.
+func (m *Metrics) IstiodCerts() PublishCounter { return PublishCounter{m.istiodCerts} }
+
+// IstiodCertExpiry records the end of istiod's certificate in its Secret.
+func (m *Metrics) IstiodCertExpiry(notAfter time.Time) { m.istiodExpiry.Set(float64(notAfter.Unix())) }
 
 // Rotated records a rotation step (rotation.Observer).
 func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }

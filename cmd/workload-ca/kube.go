@@ -30,8 +30,8 @@ type kubeClients struct {
 	// leader renews the leader election Lease.
 	leader kubernetes.Interface
 	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
-	// PodCertificateRequests.
-	caState, bundles, rootConfigMaps, podCerts kubernetes.Interface
+	// PodCertificateRequests, istiod's certificate Secret.
+	caState, bundles, rootConfigMaps, podCerts, istiodCert kubernetes.Interface
 }
 
 // Leader election's own rate limit, independent of --kube-api-qps: a
@@ -78,6 +78,7 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		{"trustbundle", &k.bundles, qps, burst, false},
 		{"rootconfigmap", &k.rootConfigMaps, qps, burst, false},
 		{"podcert", &k.podCerts, qps, burst, false},
+		{"istiodcert", &k.istiodCert, qps, burst, false},
 	} {
 		cfg := rest.CopyConfig(base)
 		cfg.UserAgent += " (" + c.work + ")"

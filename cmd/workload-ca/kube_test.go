@@ -46,6 +46,7 @@ func TestKubeClients(t *testing.T) {
 		{"trustbundle", k.bundles, 7},
 		{"rootconfigmap", k.rootConfigMaps, 7},
 		{"podcert", k.podCerts, 7},
+		{"istiodcert", k.istiodCert, 7},
 	}
 	limiters := map[flowcontrol.RateLimiter]string{}
 	for _, tt := range tests {

@@ -21,6 +21,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
+	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
@@ -87,9 +88,16 @@ type serveConfig struct {
 	// in the namespaces IstioRootNamespaces selects.
 	IstioRootConfigMap  bool
 	IstioRootNamespaces labels.Selector
-	LeaderElectionNS    string
-	LeaderElectionID    string
-	Lease               leaseDurations
+	// IstiodCert keeps istiod's serving certificate, for IstiodDNSNames,
+	// in the Secret IstiodCertSecret of IstiodNamespace.
+	IstiodCert       bool
+	IstiodNamespace  string
+	IstiodCertSecret string
+	IstiodDNSNames   []string
+	IstiodCertTTL    time.Duration
+	LeaderElectionNS string
+	LeaderElectionID string
+	Lease            leaseDurations
 }
 
 // serveFlagValues are the flags' values before they are validated into
@@ -97,7 +105,7 @@ type serveConfig struct {
 type serveFlagValues struct {
 	c                                                                       serveConfig
 	td, tlsMin, logLevel, logFormat, caSecret, rootNamespaces, verification string
-	dnsNames, audiences, agents                                             listFlag
+	dnsNames, audiences, agents, istiodNames                                listFlag
 }
 
 // serveFlags defines the flags of `workload-ca serve`: the one list the
@@ -157,6 +165,11 @@ func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
 	fs.StringVar(&v.rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
+	fs.BoolVar(&c.IstiodCert, "istiod-cert", false, "keep istiod's serving certificate issued by this CA in the Secret Istio's chart mounts for it (leader only), so that proxies verifying istiod's xDS port with our root can connect")
+	fs.StringVar(&c.IstiodNamespace, "istiod-namespace", "istio-system", "with --istiod-cert: istiod's namespace, where the Secret is kept")
+	fs.StringVar(&c.IstiodCertSecret, "istiod-cert-secret", istiodcert.DefaultSecretName, "with --istiod-cert: the Secret (kubernetes.io/tls: tls.crt, tls.key, ca.crt) istiod mounts at /var/run/secrets/istiod/tls; one not created by this CA is left alone")
+	fs.Var(&v.istiodNames, "istiod-cert-dns-names", "with --istiod-cert: comma-separated DNS names of istiod's certificate (default istiod.<--istiod-namespace>.svc; add istiod-<revision>.<namespace>.svc for revisions, and any name proxies dial)")
+	fs.DurationVar(&c.IstiodCertTTL, "istiod-cert-ttl", istiodcert.DefaultTTL, "with --istiod-cert: lifetime of istiod's certificate (clamped to --max-ttl); reissued after two thirds")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
 	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
@@ -191,7 +204,7 @@ func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
 	if err := envFallback(fs); err != nil {
 		return *c, err
 	}
-	c.ServingDNSNames, c.TokenAudiences = v.dnsNames, v.audiences
+	c.ServingDNSNames, c.TokenAudiences, c.IstiodDNSNames = v.dnsNames, v.audiences, v.istiodNames
 	switch v.logFormat {
 	case "json":
 	case "text":
@@ -323,6 +336,14 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	}
 	if c.MaxConns <= 0 || c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		errs = append(errs, errors.New("--max-connections must be positive, --max-header-bytes within 1 KiB and 1 MiB"))
+	}
+	if c.IstiodCert {
+		if err := istiodcert.CheckNames(c.IstiodNamespace, c.IstiodCertSecret, c.IstiodDNSNames); err != nil {
+			errs = append(errs, fmt.Errorf("--istiod-namespace, --istiod-cert-secret or --istiod-cert-dns-names: %w", err))
+		}
+		if c.IstiodCertTTL <= 0 {
+			errs = append(errs, fmt.Errorf("--istiod-cert-ttl %v must be positive", c.IstiodCertTTL))
+		}
 	}
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))

@@ -145,6 +145,20 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "a number that is not one", args: []string{"--ca-dir", "/ca", "--max-streams-per-connection", "x"}, wantErr: "--max-streams-per-connection wants a whole number"},
 		{name: "a key type no generator makes", args: []string{"--ca-dir", "/ca", "--ca-key-type", "ed25519"}, wantErr: `--ca-key-type: unknown key type "ed25519"`},
 		{name: "a KMS nobody knows", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "bogus:foo"}, wantErr: `--ca-key-uri: unknown KMS "bogus"`},
+		{name: "istiod's certificate in a namespace that cannot be one", args: []string{"--ca-dir", "/ca", "--istiod-cert", "--istiod-namespace", "Istio System"}, wantErr: `--istiod-namespace, --istiod-cert-secret or --istiod-cert-dns-names: namespace "Istio System"`},
+		{name: "istiod's certificate for a name that is not one", args: []string{"--ca-dir", "/ca", "--istiod-cert", "--istiod-cert-dns-names", "istiod..svc"}, wantErr: `DNS name "istiod..svc"`},
+		{name: "istiod's certificate with no lifetime", args: []string{"--ca-dir", "/ca", "--istiod-cert", "--istiod-cert-ttl", "0s"}, wantErr: "--istiod-cert-ttl 0s must be positive"},
+		{name: "istiod's names are not checked unless asked for", args: []string{"--ca-dir", "/ca", "--istiod-namespace", "Istio System"}, check: func(t *testing.T, c serveConfig) {
+			if c.IstiodCert {
+				t.Error("IstiodCert set without --istiod-cert")
+			}
+		}},
+		{name: "istiod's certificate with its names", args: []string{"--ca-dir", "/ca", "--istiod-cert", "--istiod-cert-dns-names", "istiod.istio-system.svc, istiod-canary.istio-system.svc"}, check: func(t *testing.T, c serveConfig) {
+			if !c.IstiodCert || c.IstiodNamespace != "istio-system" || c.IstiodCertSecret != "istiod-tls" ||
+				!slices.Equal(c.IstiodDNSNames, []string{"istiod.istio-system.svc", "istiod-canary.istio-system.svc"}) || c.IstiodCertTTL != 24*time.Hour {
+				t.Errorf("istiod settings %v %q %q %q %v", c.IstiodCert, c.IstiodNamespace, c.IstiodCertSecret, c.IstiodDNSNames, c.IstiodCertTTL)
+			}
+		}},
 		{name: "a CA lifetime too short for rotation says which flags and how long", args: []string{"--ca-secret", "ns/ca", "--ca-ttl", "1h"}, wantErr: "--ca-ttl 1h0m0s is too short", notWant: "CATTL"},
 	}
 	for _, tt := range tests {

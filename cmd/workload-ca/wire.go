@@ -28,6 +28,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/source"
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/podcert"
 	"github.com/workload-ca/workload-ca/server"
@@ -115,7 +116,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.buildServer, a.signPodCertificates, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.buildServer, a.signPodCertificates, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -195,6 +196,24 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	}
 	a.source.OnChange(p.Trigger)
 	a.add(component.Component{Name: "rootconfigmap", Leader: true, Run: p.Run})
+	return nil
+}
+
+// keepIstiodCert makes the leader keep istiod's serving certificate in
+// the Secret Istio's chart mounts.
+func (a *app) keepIstiodCert(context.Context) error {
+	if !a.cfg.IstiodCert {
+		return nil
+	}
+	p, err := istiodcert.New(istiodcert.Config{Client: a.kube.istiodCert, Issuer: a.authority,
+		Namespace: a.cfg.IstiodNamespace, SecretName: a.cfg.IstiodCertSecret, DNSNames: a.cfg.IstiodDNSNames,
+		TTL: a.cfg.IstiodCertTTL, Holding: a.metrics.IstiodCertExpiry,
+		Options: a.publisherOptions(a.metrics.IstiodCerts(), "istiodcert")})
+	if err != nil {
+		return err
+	}
+	a.source.OnChange(p.Trigger)
+	a.add(component.Component{Name: "istiodcert", Leader: true, Run: p.Run})
 	return nil
 }
 
