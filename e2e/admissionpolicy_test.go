@@ -131,6 +131,12 @@ func checkOwnWrites(t *testing.T, s *suite, rel chartRelease) {
 		{"its CA Secret", func(ctx context.Context) error { return createSecret(ctx, secrets, rel.caSecret) }, ""},
 		{"another Secret", func(ctx context.Context) error { return createSecret(ctx, secrets, "other") },
 			"only its own Secret"},
+		{"istiod's certificate Secret", func(ctx context.Context) error {
+			return createSecret(ctx, ca.CoreV1().Secrets(rel.istiodNS), rel.istiodSecret)
+		}, ""},
+		{"another Secret in istiod's namespace", func(ctx context.Context) error {
+			return createSecret(ctx, ca.CoreV1().Secrets(rel.istiodNS), "cacerts")
+		}, "only its own Secret"},
 		{"a bundle of its signer", func(ctx context.Context) error {
 			return createBundle(ctx, ca, signerBundleName(rel.signer), rel.signer, root)
 		}, ""},

@@ -121,6 +121,10 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		requests = "workload_ca_certificate_requests_total"
 		synced   = "workload_ca_podindex_synced"
 		rootCMs  = "workload_ca_root_configmap_publish_total"
+		reviews  = "workload_ca_tokenreview_requests_total"
+		latency  = "workload_ca_issuance_duration_seconds_bucket"
+		serving  = "workload_ca_serving_cert_expiry_timestamp_seconds"
+		istiod   = "workload_ca_istiod_cert_expiry_timestamp_seconds"
 		year     = "31536000x180"
 	)
 	type alert struct {
@@ -186,6 +190,12 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series("up", `pod="p1"`, "1x180"),
 		series(synced, `pod="p0"`, "1x180"),
 		series(synced, `pod="p1"`, "1x180"),
+		series(reviews, `pod="p0",result="authenticated"`, "0+60x180"),
+		series(latency, `pod="p0",result="issued",le="0.05"`, "0+60x180"),
+		series(latency, `pod="p0",result="issued",le="+Inf"`, "0+60x180"),
+		series(serving, `pod="p0"`, year),
+		series(istiod, `pod="p0"`, year),
+		series(istiod, `pod="p1"`, "0x180"), // never led
 	}}
 	for name := range annotations {
 		healthy.Alerts = append(healthy.Alerts, at(name))
@@ -195,7 +205,26 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(expiry, `pod="p0",kind="intermediate"`, "432000x180"), // 5 days
 		series("up", `pod="p0"`, "0x180"),
 		series("up", `pod="p1"`, "0x180"),
+		series(requests, `pod="p0",result="issued",reason=""`, "0+60x180"),
+		series(requests, `pod="p0",result="internal",reason=""`, "0+60x180"), // half fail
+		series(reviews, `pod="p0",result="authenticated"`, "0+6x180"),
+		series(reviews, `pod="p0",result="error"`, "0+6x180"),
+		series(latency, `pod="p0",result="issued",le="0.5"`, "0x180"),
+		series(latency, `pod="p0",result="issued",le="2.5"`, "0x180"),
+		series(latency, `pod="p0",result="issued",le="+Inf"`, "0+60x180"), // every answer over 2.5s
+		series(serving, `pod="p0"`, "10800x180"),                          // 1h left at 2h
+		series(istiod, `pod="p0"`, "10800x180"),
 	}, Alerts: []alertTest{
+		at("WorkloadCAErrorRatio", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCAErrorRatio", "{{ $value | humanizePercentage }}", "50%")}),
+		at("WorkloadCATokenReviewErrors", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCATokenReviewErrors", "{{ $value | humanizePercentage }}", "50%")}),
+		at("WorkloadCAHighLatency", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCAHighLatency", "{{ $value | humanizeDuration }}", "2.5s")}),
+		at("WorkloadCAServingCertificateExpiring", alert{nsLabels("severity", "critical", "pod", "p0"),
+			expect("WorkloadCAServingCertificateExpiring", "{{ $labels.pod }}", "p0", "{{ $value | humanizeDuration }}", "1h 0m 0s")}),
+		at("WorkloadCAIstiodCertificateExpiring", alert{nsLabels("severity", "critical"),
+			expect("WorkloadCAIstiodCertificateExpiring", "{{ $value | humanizeDuration }}", "1h 0m 0s")}),
 		at("WorkloadCACertificateExpiryCritical", alert{nsLabels("severity", "critical", "kind", "intermediate"),
 			expect("WorkloadCACertificateExpiryCritical", "{{ $labels.kind }}", "intermediate")}),
 		at("WorkloadCAIntermediateExpiringSoon", alert{nsLabels("severity", "warning", "kind", "intermediate"),
@@ -203,8 +232,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
 		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
 	}}
-	if len(annotations) < 9 {
-		t.Fatalf("the PrometheusRule has %d alerts, want at least 9", len(annotations))
+	if len(annotations) < 14 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 14", len(annotations))
 	}
 	checkRunbooks(t, annotations)
 

@@ -50,10 +50,12 @@ type chartRelease struct {
 	istioCompatible        bool
 	rootConfigMapSelector  string // --istio-root-configmap-namespaces
 	caSecretNS, caSecret   string
+	istiodNS, istiodSecret string // --istiod-namespace, --istiod-cert-secret
 	leaseNS, lease         string
 	args                   []string
 	clusterRole, role      *unstructured.Unstructured
 	clusterBinding, roleBd *unstructured.Unstructured
+	istiodRole, istiodBd   *unstructured.Unstructured
 	policies               []string // ValidatingAdmissionPolicy names
 }
 
@@ -103,8 +105,8 @@ func TestChartRBAC(t *testing.T) {
 func releaseOf(t *testing.T, objs []*unstructured.Unstructured) chartRelease {
 	t.Helper()
 	rel := chartRelease{ns: rbacNS, args: deploymentArgs(t, objs),
-		clusterRole: findObject(t, objs, "ClusterRole"), role: findObject(t, objs, "Role"),
-		clusterBinding: findObject(t, objs, "ClusterRoleBinding"), roleBd: findObject(t, objs, "RoleBinding")}
+		clusterRole: findObject(t, objs, "ClusterRole"), role: findIn(t, objs, "Role", rbacNS),
+		clusterBinding: findObject(t, objs, "ClusterRoleBinding"), roleBd: findIn(t, objs, "RoleBinding", rbacNS)}
 	rel.serviceAccount = findObject(t, objs, "ServiceAccount").GetName()
 	for _, o := range objs {
 		if o.GetKind() == "ValidatingAdmissionPolicy" {
@@ -133,6 +135,11 @@ func releaseOf(t *testing.T, objs []*unstructured.Unstructured) chartRelease {
 	if rel.caSecretNS, rel.caSecret, ok = strings.Cut(flag("ca-secret"), "/"); !ok {
 		t.Fatalf("--ca-secret %q is not namespace/name", flag("ca-secret"))
 	}
+	if flag("istiod-cert") != "true" {
+		t.Fatalf("%s should set istiodCertificate.enabled, so that its rules are tested", rbacValues)
+	}
+	rel.istiodNS, rel.istiodSecret = flag("istiod-namespace"), flag("istiod-cert-secret")
+	rel.istiodRole, rel.istiodBd = findIn(t, objs, "Role", rel.istiodNS), findIn(t, objs, "RoleBinding", rel.istiodNS)
 	rel.leaseNS, rel.lease = flag("leader-election-namespace"), flag("leader-election-id")
 	if rel.caSecretNS != rbacNS || rel.leaseNS != rbacNS {
 		t.Fatalf("CA Secret in %q and Lease in %q, want the release namespace %q", rel.caSecretNS, rel.leaseNS, rbacNS)
@@ -149,10 +156,12 @@ func checkRules(t *testing.T, rel chartRelease) {
 	var r rbacv1.Role
 	var crb rbacv1.ClusterRoleBinding
 	var rb rbacv1.RoleBinding
+	var ir rbacv1.Role
+	var irb rbacv1.RoleBinding
 	for _, c := range []struct {
 		from *unstructured.Unstructured
 		to   any
-	}{{rel.clusterRole, &cr}, {rel.role, &r}, {rel.clusterBinding, &crb}, {rel.roleBd, &rb}} {
+	}{{rel.clusterRole, &cr}, {rel.role, &r}, {rel.clusterBinding, &crb}, {rel.roleBd, &rb}, {rel.istiodRole, &ir}, {rel.istiodBd, &irb}} {
 		if err := runtime.DefaultUnstructuredConverter.FromUnstructured(c.from.Object, c.to); err != nil {
 			t.Fatal(err)
 		}
@@ -184,12 +193,22 @@ func checkRules(t *testing.T, rel chartRelease) {
 	if d := cmp.Diff(wantNS, r.Rules); d != "" {
 		t.Errorf("Role rules (-want +got):\n%s", d)
 	}
+	wantIstiod := []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"get", "list", "watch", "update"}, ResourceNames: []string{rel.istiodSecret}},
+		{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"create"}},
+	}
+	if d := cmp.Diff(wantIstiod, ir.Rules); d != "" {
+		t.Errorf("Role rules in istiod's namespace (-want +got):\n%s", d)
+	}
 	wantSubjects := []rbacv1.Subject{{Kind: "ServiceAccount", Name: rel.serviceAccount, Namespace: rel.ns}}
 	if d := cmp.Diff(wantSubjects, crb.Subjects); d != "" || crb.RoleRef.Name != cr.Name {
 		t.Errorf("ClusterRoleBinding to %s, subjects (-want +got):\n%s", crb.RoleRef.Name, d)
 	}
 	if d := cmp.Diff(wantSubjects, rb.Subjects); d != "" || rb.RoleRef.Name != r.Name || rb.Namespace != rel.ns {
 		t.Errorf("RoleBinding %s/%s to %s, subjects (-want +got):\n%s", rb.Namespace, rb.Name, rb.RoleRef.Name, d)
+	}
+	if d := cmp.Diff(wantSubjects, irb.Subjects); d != "" || irb.RoleRef.Name != ir.Name || irb.Namespace != rel.istiodNS {
+		t.Errorf("RoleBinding %s/%s to %s, subjects (-want +got):\n%s", irb.Namespace, irb.Name, irb.RoleRef.Name, d)
 	}
 }
 
@@ -258,8 +277,19 @@ func checkAccessReviews(t *testing.T, s *suite, rel chartRelease) {
 		{verb: "create", resource: "configmaps", ns: "demo"},
 		{verb: "list", resource: "namespaces"},
 		{verb: "watch", resource: "namespaces"},
+		// istiod's serving certificate Secret, in istiod's namespace only.
+		{verb: "get", resource: "secrets", ns: rel.istiodNS, name: rel.istiodSecret},
+		{verb: "update", resource: "secrets", ns: rel.istiodNS, name: rel.istiodSecret},
+		{verb: "list", resource: "secrets", ns: rel.istiodNS, name: rel.istiodSecret},
+		{verb: "watch", resource: "secrets", ns: rel.istiodNS, name: rel.istiodSecret},
+		{verb: "create", resource: "secrets", ns: rel.istiodNS},
 	}
 	denied := []access{
+		{verb: "get", resource: "secrets", ns: rel.istiodNS, name: "istio-ca-secret"},
+		{verb: "update", resource: "secrets", ns: rel.istiodNS, name: "cacerts"},
+		{verb: "list", resource: "secrets", ns: rel.istiodNS},
+		{verb: "delete", resource: "secrets", ns: rel.istiodNS, name: rel.istiodSecret},
+		{verb: "get", resource: "secrets", ns: "demo", name: rel.istiodSecret},
 		{verb: "get", resource: "secrets", ns: "demo", name: secret},
 		{verb: "get", resource: "secrets", ns: "kube-system", name: secret},
 		{verb: "list", resource: "secrets", ns: "kube-system"},
@@ -445,6 +475,24 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 		if _, err := client.CoreV1().Secrets(rel.ns).Get(t.Context(), rel.caSecret, metav1.GetOptions{}); err != nil {
 			t.Errorf("CA Secret %s/%s: %v", rel.ns, rel.caSecret, err)
 		}
+	}
+	// istiod's serving certificate, for the names the values give.
+	t.Cleanup(func() {
+		_ = client.CoreV1().Secrets(rel.istiodNS).Delete(context.Background(), rel.istiodSecret, metav1.DeleteOptions{})
+	})
+	err = pollUntil(t, 30*time.Second, func() (bool, error) {
+		sec, err := client.CoreV1().Secrets(rel.istiodNS).Get(t.Context(), rel.istiodSecret, metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
+		}
+		certs, err := pemCerts(sec.Data["tls.crt"])
+		return err == nil && len(certs) > 0 && slices.Equal(certs[0].DNSNames, []string{"istiod.istio-system.svc", "istiod-canary.istio-system.svc"}), err
+	})
+	if err != nil {
+		t.Errorf("istiod's Secret %s/%s: %v", rel.istiodNS, rel.istiodSecret, err)
 	}
 	checkAdmin(t, ca, objs)
 

@@ -216,5 +216,5 @@ election: rotation of the CA Secret (ca.mode=secret), publishing bundles or
 root ConfigMaps, signing PodCertificateRequests. Empty when it has none.
 */}}
 {{- define "workload-ca.hasLeaderTasks" -}}
-{{- if or (eq .Values.ca.mode "secret") .Values.trustBundle.publish .Values.istioRootConfigMap.enabled .Values.podCertificates.enabled }}true{{ end }}
+{{- if or (eq .Values.ca.mode "secret") .Values.trustBundle.publish .Values.istioRootConfigMap.enabled .Values.podCertificates.enabled .Values.istiodCertificate.enabled }}true{{ end }}
 {{- end }}
