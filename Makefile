@@ -1,6 +1,6 @@
 # workload-ca build, test and demo. Everything it needs comes from the Go
-# module proxy, pinned in go.mod, tools/go.mod, e2e/tools/go.mod and
-# e2e/kmstools/go.mod.
+# module proxy, pinned in go.mod, tools/go.mod, e2e/tools/go.mod,
+# e2e/kmstools/go.mod and e2e/istiotools/go.mod.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -17,6 +17,11 @@ LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commi
 K8S_VERSION  := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' e2e/tools/go.mod)
 ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' e2e/tools/go.mod)
 CP_DIR       := $(CURDIR)/.controlplane/$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+# istiod (pilot-discovery) for the e2e suite's Istio tests, from the
+# istio.io/istio module e2e/istiotools/go.mod pins, cached by version beside
+# the control plane.
+ISTIO_VERSION := $(shell awk '$$1 == "istio.io/istio" {print $$2} $$1 == "require" && $$2 == "istio.io/istio" {print $$3}' e2e/istiotools/go.mod)
+ISTIOD       := $(CURDIR)/.controlplane/istiod-$(ISTIO_VERSION)/pilot-discovery
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -32,7 +37,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image
+.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -65,9 +70,10 @@ unit: ## Unit tests (race detector on), fuzz seed corpora included.
 
 # The suite runs the image's binary too; this machine's platform is enough.
 e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
-e2e: build image controlplane prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build image controlplane istiod prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
-	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image TMPDIR=$(WORK); \
+	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
+		WORKLOAD_CA_ISTIOD=$(ISTIOD) TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
@@ -190,6 +196,12 @@ $(CP_DIR)/kube-apiserver:
 $(CP_DIR)/etcd:
 	mkdir -p $(CP_DIR)
 	cd e2e/tools && $(GO) build -o $@.tmp go.etcd.io/etcd/server/v3
+	mv $@.tmp $@
+
+istiod: $(ISTIOD) ## Build istiod's pilot-discovery for the e2e suite (cached by version).
+$(ISTIOD):
+	mkdir -p $(dir $@)
+	cd e2e/istiotools && $(GO) build -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery
 	mv $@.tmp $@
 
 # local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs

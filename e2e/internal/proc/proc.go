@@ -33,6 +33,13 @@ type Option func(*startOptions)
 
 type startOptions struct {
 	cpus []int
+	dir  string
+}
+
+// InDir runs the child in dir (default: our working directory), for
+// programs that read files relative to it.
+func InDir(dir string) Option {
+	return func(o *startOptions) { o.dir = dir }
 }
 
 // OnCPUs runs the child, and everything it starts, on these CPUs only
@@ -55,6 +62,7 @@ func Start(name, path string, args, env []string, stdout, stderr io.Writer, opts
 	p := &Process{name: name, tail: newTailBuffer(TailSize), done: make(chan struct{})}
 	p.cmd = exec.Command(path, args...)
 	p.cmd.Env = env
+	p.cmd.Dir = o.dir
 	p.cmd.Stdout = io.MultiWriter(orDiscard(stdout), p.tail)
 	p.cmd.Stderr = io.MultiWriter(orDiscard(stderr), p.tail)
 	p.cmd.SysProcAttr = SysProcAttr()
