@@ -109,6 +109,10 @@ func TestChart(t *testing.T) {
 			{"an unknown log level", "at '/logLevel'", []string{"--set", "logLevel=loud"}},
 			{"an unknown token verification", "at '/tokenVerification'", []string{"--set", "tokenVerification=jwt"}},
 			{"an unknown CA mode", "ca.mode must be secret or plugin", []string{"--set", "ca.mode=file"}},
+			{"autoscaling with fewer replicas at most than at least", "autoscaling.minReplicas 5 is over autoscaling.maxReplicas 3",
+				[]string{"--set", "autoscaling.enabled=true", "--set", "autoscaling.minReplicas=5", "--set", "autoscaling.maxReplicas=3"}},
+			{"a CPU target over 100%", "at '/autoscaling/targetCPUUtilizationPercentage'", []string{"--set", "autoscaling.targetCPUUtilizationPercentage=150"}},
+			{"istiod's certificate in a namespace that cannot be one", "at '/istiodCertificate/namespace'", []string{"--set", "istiodCertificate.namespace=Istio System"}},
 			{"plugin mode without its Secret", "ca.plugin.secretName is required", []string{"--set", "ca.mode=plugin"}},
 			{"a KMS key with a generated root", "ca.keyURI needs ca.mode plugin", []string{"--set", "ca.keyURI=awskms:key-id=k"}},
 			{"extraArgs renaming the CA Secret under the admission policies", "changes an object the admission policies name",
@@ -133,6 +137,10 @@ func TestChart(t *testing.T) {
 				t.Errorf("%s: err %v, stderr %q; want a failure saying %q", c.name, err, stderr, c.want)
 			}
 		}
+	})
+
+	t.Run("two releases side by side, autoscaled, applied for real", func(t *testing.T) {
+		checkTwoReleases(t, s, helm, kubeVersion, ap)
 	})
 
 	t.Run("the no-leader alert only when the CA has leader work", func(t *testing.T) {
@@ -679,4 +687,79 @@ func selectorsDiffer(a, b labels.Selector) labels.Set {
 		}
 	}
 	return nil
+}
+
+// checkTwoReleases renders two releases in two namespaces with
+// autoscaling, a NetworkPolicy, commonLabels and extraObjects, each with
+// a signer and istiod certificate of its own (a signer name is what two
+// CAs in one cluster must not share: each would take the other's bundles
+// for stale ones). No object of one has the name of one of the other; both
+// are applied to the API server (not a dry run), and each object read back
+// still belongs to its release.
+func checkTwoReleases(t *testing.T, s *suite, helm, kubeVersion string, ap *applier) {
+	type release struct{ name, ns string }
+	releases := []release{{"wca-a", "wca-two-a"}, {"wca-b", "wca-two-b"}}
+	owner := map[string]string{} // kind/namespace/name → release
+	var applied []*unstructured.Unstructured
+	t.Cleanup(func() {
+		for _, o := range slices.Backward(applied) {
+			if err := ap.delete(context.Background(), o); err != nil {
+				t.Errorf("delete %s: %v", objName(o), err)
+			}
+		}
+	})
+	for _, r := range releases {
+		createNamespace(t, s, r.ns, restrictedPSS)
+		objs := renderChartArgs(t, helm, r.name, r.ns, kubeVersion,
+			"--set", "trustBundle.signerName="+r.name+".example.org/spiffe",
+			"--set", "istiodCertificate.enabled=true", "--set", "istiodCertificate.secretName="+r.name+"-istiod-tls",
+			"--set", "autoscaling.enabled=true", "--set", "autoscaling.minReplicas=3",
+			"--set", "networkPolicy.enabled=true",
+			"--set-json", `networkPolicy.admin.from=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]`,
+			"--set-json", `commonLabels={"example.org/team":"mesh"}`,
+			"--set-json", `extraObjects=[{"apiVersion":"v1","kind":"ConfigMap","metadata":{"name":"{{ .Release.Name }}-extra","namespace":"{{ .Release.Namespace }}"}}]`)
+		kinds := map[string]int{}
+		for _, o := range objs {
+			kinds[o.GetKind()]++
+			key := o.GetKind() + "/" + o.GetNamespace() + "/" + o.GetName()
+			if other, ok := owner[key]; ok {
+				t.Errorf("%s: rendered by release %s and %s", key, other, r.name)
+			}
+			owner[key] = r.name
+			if o.GetKind() != "ConfigMap" && o.GetLabels()["example.org/team"] != "mesh" {
+				t.Errorf("%s of %s: no commonLabels", objName(o), r.name)
+			}
+		}
+		for _, k := range []string{"HorizontalPodAutoscaler", "NetworkPolicy", "ConfigMap", "PodDisruptionBudget"} {
+			if kinds[k] != 1 {
+				t.Errorf("%s renders %d %s, want 1", r.name, kinds[k], k)
+			}
+		}
+		dep := findObject(t, objs, "Deployment")
+		if _, ok, _ := unstructured.NestedInt64(dep.Object, "spec", "replicas"); ok {
+			t.Errorf("%s: the Deployment sets replicas under autoscaling", r.name)
+		}
+		for _, o := range objs {
+			if isMonitoringKind(o) {
+				continue
+			}
+			if _, err := ap.apply(t.Context(), o, false); err != nil {
+				t.Fatalf("apply %s of %s: %v", objName(o), r.name, err)
+			}
+			applied = append(applied, o)
+		}
+	}
+	for _, o := range applied {
+		ri, err := ap.resource(o)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := ri.Get(t.Context(), o.GetName(), metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("read back %s: %v", objName(o), err)
+		}
+		if want := owner[o.GetKind()+"/"+o.GetNamespace()+"/"+o.GetName()]; o.GetKind() != "ConfigMap" && got.GetLabels()["app.kubernetes.io/instance"] != want {
+			t.Errorf("%s belongs to %q, want %q", objName(o), got.GetLabels()["app.kubernetes.io/instance"], want)
+		}
+	}
 }
