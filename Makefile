@@ -1,6 +1,6 @@
 # workload-ca build, test and demo. Everything it needs comes from the Go
-# module proxy, pinned in go.mod, tools/go.mod, e2e/tools/go.mod,
-# e2e/kmstools/go.mod and e2e/istiotools/go.mod.
+# module proxy, pinned in go.mod, tools/go.mod, tools/sbom/go.mod,
+# e2e/tools/go.mod, e2e/kmstools/go.mod and e2e/istiotools/go.mod.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -47,19 +47,34 @@ build: ## Build bin/workload-ca.
 # The container image, built without a container engine (deploy/image):
 # static binaries (no cgo, so no PKCS#11) for IMAGE_PLATFORMS in one OCI
 # image index, written as an OCI layout (bin/image) and, for this machine's
-# platform, as a tarball for docker/podman load; PUSH=registry/repo:tag
-# also pushes it. Same commit, same digest.
+# platform, as a tarball for docker/podman load, named $(HUB)/workload-ca:$(TAG)
+# as Istio's builds are (default: the reference the chart installs); a
+# CycloneDX SBOM of each platform's binary beside it (bin/image-sbom);
+# PUSH=1 also pushes it there (PUSH=registry/repo:tag elsewhere). Same
+# commit, same digest.
 IMAGE_PLATFORMS ?= linux/amd64 linux/arm64
 HOST_PLATFORM   := linux/$(shell $(GO) env GOARCH)
-image: ## Build the container image (no Docker needed): bin/image (OCI layout), bin/workload-ca-image.tar; PUSH=ref pushes.
+CHART_VERSION   := $(shell awk '$$1 == "appVersion:" {gsub(/"/, "", $$2); print $$2}' deploy/charts/workload-ca/Chart.yaml)
+HUB             ?= ghcr.io/workload-ca
+TAG             ?= $(CHART_VERSION)
+IMAGE_REF       := $(HUB)/workload-ca:$(TAG)
+image: $(BIN)/cyclonedx-gomod ## Build the container image (no Docker needed): bin/image (OCI layout), bin/workload-ca-image.tar, bin/image-sbom; HUB, TAG; PUSH=1 pushes.
+	rm -rf $(BIN)/image-sbom && mkdir -p $(BIN)/image-sbom
 	for p in $(IMAGE_PLATFORMS); do \
 		CGO_ENABLED=0 GOOS=$${p%%/*} GOARCH=$${p#*/} $(GO) build -trimpath -ldflags '-s -w $(LDFLAGS)' \
 			-o $(BIN)/image-bin/$${p//\//-}/workload-ca ./cmd/workload-ca; \
+		$(BIN)/cyclonedx-gomod bin -json -std -noserial -notimestamp -version $(VERSION) \
+			-output $(BIN)/image-sbom/$${p//\//-}.cdx.json $(BIN)/image-bin/$${p//\//-}/workload-ca; \
 	done
 	$(GO) run ./deploy/image --version $(VERSION) --revision $$(git rev-parse HEAD) --created $$(git log -1 --format=%ct) \
 		$$(for p in $(IMAGE_PLATFORMS); do echo --binary $$p=$(BIN)/image-bin/$${p//\//-}/workload-ca; done) \
-		--layout $(BIN)/image $(if $(filter $(HOST_PLATFORM),$(IMAGE_PLATFORMS)),--tarball $(BIN)/workload-ca-image.tar --tarball-platform $(HOST_PLATFORM) --tag workload-ca:$(VERSION)) \
-		$(if $(PUSH),--push $(PUSH))
+		--layout $(BIN)/image --tag $(IMAGE_REF) \
+		$(if $(filter $(HOST_PLATFORM),$(IMAGE_PLATFORMS)),--tarball $(BIN)/workload-ca-image.tar --tarball-platform $(HOST_PLATFORM)) \
+		$(if $(PUSH),--push $(if $(filter 1,$(PUSH)),$(IMAGE_REF),$(PUSH)))
+
+# cyclonedx-gomod writes the images' SBOMs (tools/sbom/go.mod pins it).
+$(BIN)/cyclonedx-gomod: tools/sbom/go.mod tools/sbom/go.sum
+	cd tools/sbom && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
 
 test: lint generate-check chart-lint unit fuzz-smoke e2e ## Everything CI runs.
 
@@ -73,6 +88,7 @@ e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
 e2e: build image controlplane istiod prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
+		WORKLOAD_CA_IMAGE_SBOM=$(BIN)/image-sbom/$(subst /,-,$(HOST_PLATFORM)).cdx.json \
 		WORKLOAD_CA_ISTIOD=$(ISTIOD) TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 

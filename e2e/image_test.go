@@ -2,7 +2,9 @@ package e2e_test
 
 import (
 	"archive/tar"
+	"debug/buildinfo"
 	"debug/elf"
+	"encoding/json"
 	"errors"
 	"io"
 	"os"
@@ -49,6 +51,8 @@ func TestImage(t *testing.T) {
 		}
 	}
 	_ = f.Close()
+	t.Run("named as the chart installs it", func(t *testing.T) { checkImageRef(t, dir) })
+	t.Run("its SBOM lists every module in the binary", func(t *testing.T) { checkSBOM(t, bin) })
 	out, err := exec.CommandContext(t.Context(), bin, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "workload-ca ") {
 		t.Fatalf("version: %v: %s", err, out)
@@ -143,5 +147,65 @@ func extractFile(t *testing.T, img v1.Image, name string) string {
 			t.Fatal(err)
 		}
 		return path
+	}
+}
+
+// checkImageRef: the layout's index is named (HUB/workload-ca:TAG) what
+// the chart's default values install.
+func checkImageRef(t *testing.T, dir string) {
+	index, err := os.ReadFile(filepath.Join(dir, "index.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m v1.IndexManifest
+	if err := json.Unmarshal(index, &m); err != nil || len(m.Manifests) != 1 {
+		t.Fatalf("index.json: %v, %d manifests", err, len(m.Manifests))
+	}
+	ref := m.Manifests[0].Annotations["org.opencontainers.image.ref.name"]
+	objs := renderChart(t, helmBinary(t), "wca", "default", serverVersion(t, suiteFor(t)))
+	c := container(t, findObject(t, objs, "Deployment"))
+	if c["image"] != ref {
+		t.Errorf("the image is %q, the chart installs %q by default", ref, c["image"])
+	}
+}
+
+// checkSBOM: the CycloneDX SBOM make image wrote beside the image names
+// every module the binary was built from, at the version built.
+func checkSBOM(t *testing.T, bin string) {
+	path := os.Getenv("WORKLOAD_CA_IMAGE_SBOM")
+	if path == "" {
+		t.Fatal("WORKLOAD_CA_IMAGE_SBOM is not set: make e2e sets it to the SBOM make image writes")
+	}
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sbom struct {
+		BOMFormat  string `json:"bomFormat"`
+		Components []struct {
+			Name, Version string
+		} `json:"components"`
+	}
+	if err := json.Unmarshal(raw, &sbom); err != nil || sbom.BOMFormat != "CycloneDX" {
+		t.Fatalf("%s: %v, format %q", path, err, sbom.BOMFormat)
+	}
+	listed := map[string]string{}
+	for _, c := range sbom.Components {
+		listed[c.Name] = c.Version
+	}
+	info, err := buildinfo.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range info.Deps {
+		if d.Replace != nil {
+			d = d.Replace
+		}
+		if listed[d.Path] != d.Version {
+			t.Errorf("module %s %s: the SBOM lists %q", d.Path, d.Version, listed[d.Path])
+		}
+	}
+	if len(info.Deps) < 50 {
+		t.Errorf("the binary names %d modules; is it the image's?", len(info.Deps))
 	}
 }

@@ -217,8 +217,8 @@ func TestRunOutputs(t *testing.T) {
 		t.Errorf("the layout's index is not valid: %v", err)
 	}
 	tm, _ := top.IndexManifest()
-	if len(tm.Manifests) != 1 || tm.Manifests[0].Digest != wantDigest || tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "v9" {
-		t.Errorf("layout index.json %+v, want one index %s named v9", tm.Manifests, wantDigest)
+	if len(tm.Manifests) != 1 || tm.Manifests[0].Digest != wantDigest || tm.Manifests[0].Annotations["org.opencontainers.image.ref.name"] != "workload-ca:v9" {
+		t.Errorf("layout index.json %+v, want one index %s named workload-ca:v9 (the --tag)", tm.Manifests, wantDigest)
 	}
 
 	tag, _ := name.NewTag("workload-ca:v9")

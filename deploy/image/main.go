@@ -50,7 +50,7 @@ func run(args []string, stdout io.Writer) error {
 	layoutDir := fs.String("layout", "", "write the image index as an OCI image layout in this directory (replaced)")
 	tarPath := fs.String("tarball", "", "write the image of --tarball-platform here, for docker load / podman load")
 	tarPlatform := fs.String("tarball-platform", "linux/amd64", "platform of --tarball")
-	tag := fs.String("tag", "workload-ca:dev", "image name and tag inside --tarball")
+	tag := fs.String("tag", "workload-ca:dev", "image reference (registry/repo:tag): the name inside --tarball and the ref.name of --layout's index")
 	push := fs.String("push", "", "push the image index to this reference (registry/repo:tag)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -75,7 +75,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	if *layoutDir != "" {
-		if err := writeLayout(*layoutDir, idx, *version); err != nil {
+		if err := writeLayout(*layoutDir, idx, *tag); err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "OCI layout %s: %s\n", *layoutDir, digest)
@@ -100,9 +100,9 @@ func run(args []string, stdout io.Writer) error {
 }
 
 // writeLayout replaces dir with an OCI image layout whose index.json holds
-// idx, named version (what skopeo's oci:dir:version and crane's layout
-// commands look up).
-func writeLayout(dir string, idx v1.ImageIndex, version string) error {
+// idx, named ref (the org.opencontainers.image.ref.name skopeo's
+// oci:dir:ref and crane's layout commands look up).
+func writeLayout(dir string, idx v1.ImageIndex, ref string) error {
 	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
@@ -110,7 +110,7 @@ func writeLayout(dir string, idx v1.ImageIndex, version string) error {
 	if err != nil {
 		return err
 	}
-	return p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": version}))
+	return p.AppendIndex(idx, layout.WithAnnotations(map[string]string{"org.opencontainers.image.ref.name": ref}))
 }
 
 // writeTarball writes idx's image for platform as a docker-load tarball.
