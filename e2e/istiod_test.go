@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -76,6 +79,35 @@ func TestIstiod(t *testing.T) {
 				t.Fatalf("istiod still serves %v (err %v; exited %v: %v), want the reissued %s", served, err, d.p.Exited(), d.p.ExitError(), serial(next))
 			}
 			time.Sleep(250 * time.Millisecond)
+		}
+	})
+
+	t.Run("workload-ca inspect names the root of the published bundle", func(t *testing.T) {
+		roots, err := ca.RootsPEM(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		want, err := pemCerts(roots)
+		if err != nil || len(want) != 1 {
+			t.Fatalf("roots: %v (%d)", err, len(want))
+		}
+		// The leader publishes the bundle moments after it leads.
+		var out []byte
+		err = pollUntil(t, lcWait, func() (bool, error) {
+			out, err = exec.CommandContext(t.Context(), os.Getenv(cahost.EnvBinary), "inspect", "--signer", f.signer,
+				"--kubeconfig", f.s.cp.KubeconfigPath(), "--output", "json").Output()
+			return err == nil, nil
+		})
+		if err != nil {
+			t.Fatalf("inspect: %v", err)
+		}
+		var got []struct{ Role, Serial, Source string }
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatalf("inspect output %s: %v", out, err)
+		}
+		if len(got) != 1 || got[0].Role != "root" || got[0].Serial != want[0].SerialNumber.String() ||
+			!strings.Contains(got[0].Source, "signer "+f.signer) {
+			t.Fatalf("inspect --signer %s: %s, want the CA's root %s", f.signer, out, want[0].SerialNumber)
 		}
 	})
 

@@ -45,8 +45,18 @@ const (
 // Their rate limits are ours to set: client-go's default (5/s) would
 // throttle TokenReviews during a cold-start storm.
 func newKubeClients(cfg serveConfig) (*kubeClients, error) {
+	base, err := loadRESTConfig(cfg.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return kubeClientsFor(base, float32(cfg.KubeQPS), cfg.KubeBurst)
+}
+
+// loadRESTConfig reads the kubeconfig file path, KUBECONFIG's, or the
+// in-cluster configuration.
+func loadRESTConfig(path string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = cfg.Kubeconfig
+	rules.ExplicitPath = path
 	base, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
 		return nil, fmt.Errorf("%w: no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given", errUsage)
@@ -55,7 +65,7 @@ func newKubeClients(cfg serveConfig) (*kubeClients, error) {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
 	base.UserAgent = "workload-ca/" + version
-	return kubeClientsFor(base, float32(cfg.KubeQPS), cfg.KubeBurst)
+	return base, nil
 }
 
 // kubeClientsFor builds the clients from base, with qps and burst for each

@@ -27,6 +27,9 @@ Usage:
   workload-ca serve   [flags]   run the CA (gRPC IstioCertificateService)
   workload-ca request [flags]   request a certificate as ztunnel would
   workload-ca loadtest [flags]  load the CA as many ztunnels would, and measure it
+  workload-ca inspect [flags] [file...]
+                                describe certificates or ClusterTrustBundles:
+                                identities, expiry, which root signs what
   workload-ca version           print the version
   workload-ca help [serve | config-reference]
                                 this text, the flags of serve, or their
@@ -57,6 +60,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = runRequest(ctx, args[1:], stdout, stderr)
 	case "loadtest":
 		err = runLoadtest(ctx, args[1:], stdout, stderr)
+	case "inspect":
+		err = runInspect(ctx, args[1:], stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, readBuild())
 	case "help", "-h", "--help":

@@ -162,3 +162,35 @@ func toV1beta1(b *certv1.ClusterTrustBundle) *certv1beta1.ClusterTrustBundle {
 		Spec:       certv1beta1.ClusterTrustBundleSpec{SignerName: b.Spec.SignerName, TrustBundle: b.Spec.TrustBundle},
 	}
 }
+
+// Find returns the ClusterTrustBundles named name or, with name "", those
+// of signer (every bundle when both are empty), from whichever version of
+// the API the apiserver serves, as v1 objects.
+func Find(ctx context.Context, client kubernetes.Interface, name, signer string) ([]certv1.ClusterTrustBundle, error) {
+	api, err := detectAPI(ctx, client)
+	if err != nil {
+		return nil, err
+	}
+	var sel string
+	switch {
+	case name != "":
+		sel = "metadata.name=" + name
+	case signer != "":
+		sel = "spec.signerName=" + signer
+	}
+	obj, err := api.list(ctx, metav1.ListOptions{FieldSelector: sel})
+	if err != nil {
+		return nil, fmt.Errorf("list ClusterTrustBundles (%s): %w", api.version, err)
+	}
+	switch l := obj.(type) {
+	case *certv1.ClusterTrustBundleList:
+		return l.Items, nil
+	case *certv1beta1.ClusterTrustBundleList:
+		out := make([]certv1.ClusterTrustBundle, 0, len(l.Items))
+		for i := range l.Items {
+			out = append(out, *fromV1beta1(&l.Items[i]))
+		}
+		return out, nil
+	}
+	return nil, fmt.Errorf("list ClusterTrustBundles: unexpected %T", obj)
+}
