@@ -96,6 +96,9 @@ type serveConfig struct {
 	IstiodDNSNames   []string
 	IstiodCertTTL    time.Duration
 	LeaderElectionNS string
+	// Validate checks the configuration and the CA material, prints what
+	// would run and exits (--validate).
+	Validate         bool
 	LeaderElectionID string
 	Lease            leaseDurations
 }
@@ -115,6 +118,7 @@ func serveFlags() (*flag.FlagSet, *serveFlagValues) {
 	v := &serveFlagValues{dnsNames: listFlag{"localhost"}, audiences: listFlag{tokenreview.DefaultAudience},
 		agents: listFlag{"istio-system/ztunnel"}}
 	c := &v.c
+	fs.BoolVar(&c.Validate, "validate", false, "check the flags and the CA material that needs no API server (a directory, a plug-in root, a KMS or HSM key), print what would run, and exit without writing anything")
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")

@@ -43,6 +43,9 @@ func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	if cfg.Validate {
+		return validateServe(ctx, cfg, stdout)
+	}
 	opts := &slog.HandlerOptions{Level: cfg.LogLevel}
 	var h slog.Handler = slog.NewJSONHandler(stdout, opts)
 	if cfg.LogText {
