@@ -139,6 +139,32 @@ func TestChart(t *testing.T) {
 		}
 	})
 
+	t.Run("bundles are published only where the API is served, unless forced", func(t *testing.T) {
+		for _, c := range []struct {
+			name    string
+			args    []string
+			publish bool
+		}{
+			{"auto, a cluster without ClusterTrustBundles", nil, false},
+			{"auto, a cluster serving v1beta1", []string{"--api-versions", "certificates.k8s.io/v1beta1/ClusterTrustBundle"}, true},
+			{"auto, a cluster serving v1", []string{"--api-versions", "certificates.k8s.io/v1/ClusterTrustBundle"}, true},
+			{"forced on", []string{"--set", "trustBundle.publish=true"}, true},
+			{"off where served", []string{"--set", "trustBundle.publish=false", "--api-versions", "certificates.k8s.io/v1/ClusterTrustBundle"}, false},
+		} {
+			// No --api-versions of the suite's server: helm template's own
+			// defaults, which lack ClusterTrustBundles.
+			out, stderr, err := helmCmd(t, helm, append([]string{"template", "wca", chartDir, "--kube-version", kubeVersion}, c.args...)...)
+			if err != nil {
+				t.Fatalf("%s: %v: %s", c.name, err, stderr)
+			}
+			flag := strings.Contains(string(out), "--publish-trust-bundle=true")
+			rules := strings.Contains(string(out), `resources: ["clustertrustbundles"]`)
+			if flag != c.publish || rules != c.publish {
+				t.Errorf("%s: --publish-trust-bundle=true %v, bundle rules %v; want %v", c.name, flag, rules, c.publish)
+			}
+		}
+	})
+
 	t.Run("two releases side by side, autoscaled, applied for real", func(t *testing.T) {
 		checkTwoReleases(t, s, helm, kubeVersion, ap)
 	})
@@ -348,11 +374,32 @@ func renderChart(t *testing.T, helm, release, ns, kubeVersion string, values ...
 }
 
 // renderChartArgs is renderChart with helm template's own arguments.
+// The chart sees the suite's API server as helm install would: its
+// version and every kind it serves (.Capabilities).
 func renderChartArgs(t *testing.T, helm, release, ns, kubeVersion string, args ...string) []*unstructured.Unstructured {
 	t.Helper()
-	out := runHelm(t, helm, append([]string{"template", release, chartDir,
-		"--namespace", ns, "--kube-version", kubeVersion}, args...)...)
+	out := runHelm(t, helm, append(append([]string{"template", release, chartDir,
+		"--namespace", ns, "--kube-version", kubeVersion}, apiVersionArgs(t)...), args...)...)
 	return decodeManifests(t, out)
+}
+
+// apiVersionArgs lists every group/version/Kind the suite's API server
+// serves as helm template --api-versions flags.
+func apiVersionArgs(t *testing.T) []string {
+	t.Helper()
+	_, lists, err := suiteFor(t).cp.Client().Discovery().ServerGroupsAndResources()
+	if err != nil {
+		t.Fatalf("discovery: %v", err)
+	}
+	var args []string
+	for _, l := range lists {
+		for _, r := range l.APIResources {
+			if !strings.Contains(r.Name, "/") {
+				args = append(args, "--api-versions", l.GroupVersion+"/"+r.Kind)
+			}
+		}
+	}
+	return args
 }
 
 // decodeManifests decodes every manifest helm template printed.

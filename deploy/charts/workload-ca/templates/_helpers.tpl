@@ -218,6 +218,17 @@ Whether the binary has work only its leader does, and so runs leader
 election: rotation of the CA Secret (ca.mode=secret), publishing bundles or
 root ConfigMaps, signing PodCertificateRequests. Empty when it has none.
 */}}
+{{/*
+"true" when the CA publishes ClusterTrustBundles: trustBundle.publish true,
+or auto and the cluster serves the API (v1, or v1beta1).
+*/}}
+{{- define "workload-ca.publishBundles" -}}
+{{- $p := .Values.trustBundle.publish }}
+{{- if eq (toString $p) "true" }}true
+{{- else if and (eq (toString $p) "auto") (or (.Capabilities.APIVersions.Has "certificates.k8s.io/v1/ClusterTrustBundle") (.Capabilities.APIVersions.Has "certificates.k8s.io/v1beta1/ClusterTrustBundle")) }}true
+{{- end }}
+{{- end }}
+
 {{- define "workload-ca.hasLeaderTasks" -}}
-{{- if or (eq .Values.ca.mode "secret") .Values.trustBundle.publish .Values.istioRootConfigMap.enabled .Values.podCertificates.enabled .Values.istiodCertificate.enabled }}true{{ end }}
+{{- if or (eq .Values.ca.mode "secret") (include "workload-ca.publishBundles" .) .Values.istioRootConfigMap.enabled .Values.podCertificates.enabled .Values.istiodCertificate.enabled }}true{{ end }}
 {{- end }}
