@@ -17,11 +17,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/rbac"
+	"github.com/workload-ca/workload-ca/internal/testaccess"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -38,15 +38,10 @@ const testNS = "istio-system"
 // reviews with allow (the fake's default answer is "denied").
 func fakeCluster(allow func(*authzv1.ResourceAttributes) bool, objs ...runtime.Object) *fake.Clientset {
 	client := fake.NewClientset(objs...)
-	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		review := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).DeepCopy()
-		review.Status.Allowed = allow(review.Spec.ResourceAttributes)
-		return true, review, nil
-	})
-	return client
+	return testaccess.Answer(client, allow)
 }
 
-func allowAll(*authzv1.ResourceAttributes) bool { return true }
+var allowAll = testaccess.AllowAll
 
 func newAuthority(t *testing.T, clk *testclock.FakeClock, c *testca.CA) *ca.Authority {
 	t.Helper()

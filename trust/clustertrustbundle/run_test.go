@@ -10,12 +10,11 @@ import (
 
 	authzv1 "k8s.io/api/authorization/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/rbac"
+	"github.com/workload-ca/workload-ca/internal/testaccess"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -33,15 +32,10 @@ func fakeCluster(allow func(*authzv1.ResourceAttributes) bool, versions ...strin
 			APIResources: []metav1.APIResource{{Name: "clustertrustbundles"}},
 		})
 	}
-	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		review := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).DeepCopy()
-		review.Status.Allowed = allow(review.Spec.ResourceAttributes)
-		return true, review, nil
-	})
-	return client
+	return testaccess.Answer(client, allow)
 }
 
-func allowAll(*authzv1.ResourceAttributes) bool { return true }
+var allowAll = testaccess.AllowAll
 
 func exists(client *fake.Clientset, name string) bool {
 	_, err := client.CertificatesV1().ClusterTrustBundles().Get(context.Background(), name, metav1.GetOptions{})

@@ -15,11 +15,11 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
-	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 	testclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/internal/rbac"
+	"github.com/workload-ca/workload-ca/internal/testaccess"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
 	"github.com/workload-ca/workload-ca/internal/testobs"
@@ -31,15 +31,10 @@ import (
 // reviews with allow (the fake's default answer is "denied").
 func fakeCluster(allow func(*authzv1.ResourceAttributes) bool, objs ...runtime.Object) *fake.Clientset {
 	client := fake.NewClientset(objs...)
-	client.PrependReactor("create", "selfsubjectaccessreviews", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		review := a.(k8stesting.CreateAction).GetObject().(*authzv1.SelfSubjectAccessReview).DeepCopy()
-		review.Status.Allowed = allow(review.Spec.ResourceAttributes)
-		return true, review, nil
-	})
-	return client
+	return testaccess.Answer(client, allow)
 }
 
-func allowAll(*authzv1.ResourceAttributes) bool { return true }
+var allowAll = testaccess.AllowAll
 
 // rootsIn returns the roots published in ns, or "" if there is no
 // ConfigMap carrying our labels.
