@@ -40,14 +40,9 @@ func newRun(p *Publisher) *run {
 		ObjectType: &corev1.Secret{},
 		// Any event means someone (we too) wrote or deleted the Secret:
 		// look at it again.
-		Handler: cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue},
-		Transform: func(obj any) (any, error) {
-			if m, ok := obj.(metav1.Object); ok {
-				m.SetManagedFields(nil)
-			}
-			return obj, nil
-		},
-		Logger: &logger,
+		Handler:   cache.ResourceEventHandlerFuncs{AddFunc: enqueue, UpdateFunc: func(_, o any) { enqueue(o) }, DeleteFunc: enqueue},
+		Transform: trust.DropManagedFields,
+		Logger:    &logger,
 	})
 	return r
 }

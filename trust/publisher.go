@@ -63,6 +63,16 @@ func ListWatch(client kubernetes.Interface, fieldSelector string,
 	}, client)
 }
 
+// DropManagedFields is the targets' informer transform: managed fields are
+// never read and are a large part of every object. It is idempotent, as
+// informers require.
+func DropManagedFields(obj any) (any, error) {
+	if m, ok := obj.(metav1.Object); ok {
+		m.SetManagedFields(nil)
+	}
+	return obj, nil // e.g. cache.DeletedFinalStateUnknown
+}
+
 // NewQueue returns the workqueue of one run, with the controllers' usual
 // backoff on clk.
 func NewQueue(clk clock.WithTicker) workqueue.TypedRateLimitingInterface[string] {

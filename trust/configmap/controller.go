@@ -46,7 +46,7 @@ func newRun(p *Publisher) *run {
 			core.Namespaces().Watch),
 		ObjectType: &corev1.Namespace{},
 		Handler:    enqueueNamespace(r.queue),
-		Transform:  dropManagedFields,
+		Transform:  trust.DropManagedFields,
 		Logger:     &logger,
 	})
 	// metadata.name selects our ConfigMap in every namespace; the name is
@@ -59,22 +59,12 @@ func newRun(p *Publisher) *run {
 			core.ConfigMaps(metav1.NamespaceAll).Watch),
 		ObjectType: &corev1.ConfigMap{},
 		Handler:    enqueueNamespace(r.queue),
-		Transform:  dropManagedFields,
+		Transform:  trust.DropManagedFields,
 		Logger:     &logger,
 	})
 	r.namespaces, r.configMaps = nsStore, cmStore
 	r.informers = []cache.Controller{nsInformer, cmInformer}
 	return r
-}
-
-// dropManagedFields is the informers' transform: managed fields are never
-// read and are a large part of every object. It is idempotent, as
-// informers require.
-func dropManagedFields(obj any) (any, error) {
-	if m, ok := obj.(metav1.Object); ok {
-		m.SetManagedFields(nil)
-	}
-	return obj, nil // e.g. cache.DeletedFinalStateUnknown
 }
 
 // enqueueNamespace reconciles the namespace an event is about on any
