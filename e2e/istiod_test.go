@@ -69,16 +69,14 @@ func TestIstiod(t *testing.T) {
 		}
 		secret, next := f.istiodSecret(t, serial(issued))
 		mountSecret(t, dir, secret)
-		deadline := time.Now().Add(istiodWait)
-		for {
-			served, err := d.handshake(t.Context(), withOurRoot)
-			if err == nil && serial(served) == serial(next) {
-				return
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("istiod still serves %v (err %v; exited %v: %v), want the reissued %s", served, err, d.p.Exited(), d.p.ExitError(), serial(next))
-			}
-			time.Sleep(250 * time.Millisecond)
+		var served *x509.Certificate
+		var herr error
+		err := pollUntil(t, istiodWait, func() (bool, error) {
+			served, herr = d.handshake(t.Context(), withOurRoot)
+			return herr == nil && serial(served) == serial(next), nil
+		})
+		if err != nil {
+			t.Fatalf("istiod still serves %v (err %v; exited %v: %v), want the reissued %s", served, herr, d.p.Exited(), d.p.ExitError(), serial(next))
 		}
 	})
 
@@ -134,16 +132,12 @@ func TestIstiod(t *testing.T) {
 		// Its discovery selector kept its root ConfigMaps to its namespace,
 		// out of the other tests' way: once it has written its own, it has
 		// written none elsewhere.
-		deadline := time.Now().Add(istiodWait)
-		for {
-			_, err := f.s.cp.Client().CoreV1().ConfigMaps(ns).Get(t.Context(), "istio-ca-root-cert", metav1.GetOptions{})
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("istiod published no istio-ca-root-cert in its namespace: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
+		var gerr error
+		if err := pollUntil(t, istiodWait, func() (bool, error) {
+			_, gerr = f.s.cp.Client().CoreV1().ConfigMaps(ns).Get(t.Context(), "istio-ca-root-cert", metav1.GetOptions{})
+			return gerr == nil, nil
+		}); err != nil {
+			t.Fatalf("istiod published no istio-ca-root-cert in its namespace: %v (%v)", gerr, err)
 		}
 		cms, err := f.s.cp.Client().CoreV1().ConfigMaps("").List(t.Context(), metav1.ListOptions{FieldSelector: "metadata.name=istio-ca-root-cert"})
 		if err != nil {
@@ -275,27 +269,29 @@ func mountSecret(t *testing.T, dir string, s *corev1.Secret) {
 	}
 }
 
-var errNoSecret = errors.New("no Secret yet")
-
 // istiodSecret returns the Secret once it holds a certificate other than
 // notSerial's ("" for any).
 func (f *lcFixture) istiodSecret(t *testing.T, notSerial string) (*corev1.Secret, *x509.Certificate) {
 	t.Helper()
-	deadline := time.Now().Add(lcWait)
-	for {
-		s, err := f.s.cp.Client().CoreV1().Secrets(f.ns).Get(t.Context(), istiodcert.DefaultSecretName, metav1.GetOptions{})
-		if err == nil {
-			if pair, perr := tls.X509KeyPair(s.Data[istiodcert.CertKey], s.Data[istiodcert.KeyKey]); perr == nil &&
-				pair.Leaf.SerialNumber.String() != notSerial {
-				return s, pair.Leaf
-			}
-			err = errNoSecret
+	var s *corev1.Secret
+	var leaf *x509.Certificate
+	var gerr error
+	err := pollUntil(t, lcWait, func() (bool, error) {
+		s, gerr = f.s.cp.Client().CoreV1().Secrets(f.ns).Get(t.Context(), istiodcert.DefaultSecretName, metav1.GetOptions{})
+		if gerr != nil {
+			return false, nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("istiod's Secret %s/%s: %v", f.ns, istiodcert.DefaultSecretName, err)
+		pair, perr := tls.X509KeyPair(s.Data[istiodcert.CertKey], s.Data[istiodcert.KeyKey])
+		if perr != nil || pair.Leaf.SerialNumber.String() == notSerial {
+			return false, nil
 		}
-		time.Sleep(100 * time.Millisecond)
+		leaf = pair.Leaf
+		return true, nil
+	})
+	if err != nil {
+		t.Fatalf("istiod's Secret %s/%s holds no new certificate: %v (last read: %v)", f.ns, istiodcert.DefaultSecretName, err, gerr)
 	}
+	return s, leaf
 }
 
 func serial(c *x509.Certificate) string { return c.SerialNumber.String() }

@@ -621,16 +621,7 @@ func (l *ztunnelLoad) request(ctx context.Context, z, replica int, ca *cahost.CA
 		l.failures = append(l.failures, fmt.Sprintf("%s ztunnel %d → replica %d (%s), %s: %v",
 			time.Now().Format("15:04:05.000"), z, replica, ca.Addr(), id, err))
 	}
-	client, err := caclient.Dial(caclient.Config{Address: ca.Addr(), Roots: certPool(roots), ServerName: cahost.ServerName})
-	if err != nil {
-		fail(err)
-		return
-	}
-	defer client.Close()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := client.CreateCertificate(rctx, caclient.Request{Token: token, Identity: id, Impersonate: true})
-	received := time.Now()
+	res, received, err := askAsZtunnel(ctx, ca.Addr(), cahost.ServerName, token, id, roots)
 	if ctx.Err() != nil {
 		return // stopped: not a failure of the CA
 	}
@@ -641,6 +632,21 @@ func (l *ztunnelLoad) request(ctx context.Context, z, replica int, ca *cahost.CA
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	l.issued = append(l.issued, issued{ztunnel: z, replica: replica, received: received, res: res})
+}
+
+// askAsZtunnel asks the CA at addr (verified as serverName with roots) for
+// id with token, as ztunnel does for a pod on its node, on a connection of
+// its own, within 5s; it returns the checked answer and when it came.
+func askAsZtunnel(ctx context.Context, addr, serverName, token string, id spiffeid.ID, roots []*x509.Certificate) (*caclient.Result, time.Time, error) {
+	client, err := caclient.Dial(caclient.Config{Address: addr, Roots: certPool(roots), ServerName: serverName})
+	if err != nil {
+		return nil, time.Now(), err
+	}
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	res, err := client.CreateCertificate(rctx, caclient.Request{Token: token, Identity: id, Impersonate: true})
+	return res, time.Now(), err
 }
 
 // stop stops the ztunnels and returns what they got.

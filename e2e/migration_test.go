@@ -166,16 +166,7 @@ func (l *migrationLoad) request(ctx context.Context, z int, token string, id spi
 		defer l.mu.Unlock()
 		l.failures = append(l.failures, fmt.Sprintf("%s ztunnel %d → %s, %s: %v", time.Now().Format(time.StampMilli), z, target.name, id, err))
 	}
-	client, err := caclient.Dial(caclient.Config{Address: target.addr, Roots: certPool(roots), ServerName: target.serverName})
-	if err != nil {
-		fail(err)
-		return
-	}
-	defer client.Close()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	res, err := client.CreateCertificate(rctx, caclient.Request{Token: token, Identity: id, Impersonate: true})
-	at := time.Now()
+	res, at, err := askAsZtunnel(ctx, target.addr, target.serverName, token, id, roots)
 	if ctx.Err() != nil {
 		return // stopped: not a failure of the CA
 	}
@@ -218,15 +209,11 @@ func (l *migrationLoad) waitIssuedBy(t *testing.T, z int, from string, n int) {
 	if z >= 0 {
 		start = l.countBy(z, from)
 	}
-	deadline := time.Now().Add(lcWait)
-	for l.countBy(z, from)-start < n {
-		if time.Now().After(deadline) {
-			l.mu.Lock()
-			failures := l.failures
-			l.mu.Unlock()
-			t.Fatalf("ztunnel %d: %d certificates from %s, want %d more; failures: %q", z, l.countBy(z, from), from, n, failures)
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := pollUntil(t, lcWait, func() (bool, error) { return l.countBy(z, from)-start >= n, nil }); err != nil {
+		l.mu.Lock()
+		failures := l.failures
+		l.mu.Unlock()
+		t.Fatalf("ztunnel %d: %d certificates from %s, want %d more: %v; failures: %q", z, l.countBy(z, from), from, n, err, failures)
 	}
 }
 
