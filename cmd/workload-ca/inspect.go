@@ -58,17 +58,10 @@ func parseInspectFlags(args []string, stderr io.Writer) (inspectConfig, error) {
 	default:
 		return c, fmt.Errorf("%w: --output %q: want text or json", errUsage, output)
 	}
-	sources := len(c.Files)
-	if c.Bundle != "" {
-		sources++
-	}
-	if c.Signer != "" {
-		sources++
-	}
 	switch {
 	case c.Bundle != "" && c.Signer != "":
 		return c, fmt.Errorf("%w: --cluster-trust-bundle and --signer are exclusive", errUsage)
-	case sources == 0:
+	case len(c.Files) == 0 && c.Bundle == "" && c.Signer == "":
 		return c, fmt.Errorf("%w: nothing to inspect: give PEM files, --cluster-trust-bundle NAME or --signer NAME (e.g. workload-ca inspect root-cert.pem)", errUsage)
 	}
 	return c, nil
