@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -105,9 +106,9 @@ func TestRun(t *testing.T) {
 	authority := newAuthority(t, clk, mid)
 	client := fakeCluster(allowAll)
 	rec := &testobs.Results{}
-	var notAfter time.Time
+	var notAfter atomic.Pointer[time.Time]
 	p, err := New(Config{Client: client, Issuer: authority, Namespace: testNS, TTL: 3 * time.Hour,
-		Holding: func(t time.Time) { notAfter = t },
+		Holding: func(t time.Time) { notAfter.Store(&t) },
 		Options: trust.Options{TrustDomain: testTD, Roots: authority.Roots, Observer: rec, Clock: clk, Logger: testlog.New(t)}})
 	if err != nil {
 		t.Fatal(err)
@@ -123,12 +124,14 @@ func TestRun(t *testing.T) {
 	if got := first.NotAfter.Sub(first.NotBefore); got < 3*time.Hour || got > 3*time.Hour+time.Hour {
 		t.Errorf("lifetime %v, want 3h (and the backdate)", got)
 	}
+	// The results are reported after the write; once the Secret has been
+	// seen unchanged, its creation has been counted.
+	testwait.Eventually(t, "the created Secret seen unchanged", func() bool { return rec.Count(trust.ResultUnchanged) > 0 })
 	if rec.Count(trust.ResultCreated) != 1 {
 		t.Errorf("created %d times, want 1", rec.Count(trust.ResultCreated))
 	}
-	testwait.Eventually(t, "the created Secret seen unchanged", func() bool { return rec.Count(trust.ResultUnchanged) > 0 })
-	if !notAfter.Equal(first.NotAfter) {
-		t.Errorf("Holding told %v, want %v", notAfter, first.NotAfter)
+	if got := notAfter.Load(); got == nil || !got.Equal(first.NotAfter) {
+		t.Errorf("Holding told %v, want %v", got, first.NotAfter)
 	}
 
 	// Two thirds into its life, it is reissued by the wake-up the last
