@@ -133,10 +133,10 @@ lint: tools vuln config-reference-check ## golangci-lint, buf lint, go vet, govu
 
 CONFIG_REFERENCE := docs/configuration-reference.md
 config-reference: ## Regenerate docs/configuration-reference.md from the flag definitions.
-	$(GO) run ./cmd/workload-ca help config-reference > $(CONFIG_REFERENCE)
+	$(GO) run ./cmd/workload-ca config-reference > $(CONFIG_REFERENCE)
 
 config-reference-check: ## Fail if docs/configuration-reference.md does not match the flags.
-	$(GO) run ./cmd/workload-ca help config-reference | diff -u $(CONFIG_REFERENCE) - \
+	$(GO) run ./cmd/workload-ca config-reference | diff -u $(CONFIG_REFERENCE) - \
 		|| { echo "$(CONFIG_REFERENCE) is stale: run make config-reference"; exit 1; }
 
 generate: tools ## Regenerate protobuf code with the pinned generators.

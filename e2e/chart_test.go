@@ -613,7 +613,7 @@ func knownServeFlags(t *testing.T) map[string]bool {
 	defer cancel()
 	out, _ := exec.CommandContext(ctx, os.Getenv(cahost.EnvBinary), "serve", "-h").CombinedOutput()
 	flags := map[string]bool{}
-	for _, m := range regexp.MustCompile(`(?m)^\s+-([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
+	for _, m := range regexp.MustCompile(`(?m)^\s+(?:-[a-z], )?--([a-z0-9][a-z0-9-]*)`).FindAllStringSubmatch(string(out), -1) {
 		flags[m[1]] = true
 	}
 	if !flags["trust-domain"] {

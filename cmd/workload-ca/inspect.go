@@ -9,13 +9,13 @@ import (
 	"crypto/x509"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"go.step.sm/crypto/pemutil"
 	"k8s.io/client-go/kubernetes"
@@ -32,46 +32,55 @@ type inspectConfig struct {
 	JSON       bool
 }
 
-func parseInspectFlags(args []string, stderr io.Writer) (inspectConfig, error) {
-	fs := flag.NewFlagSet("inspect", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "Usage: workload-ca inspect [flags] [PEM file...]\n\n"+
-			"Describes certificates (a chain, a root bundle, cert-chain.pem, root-cert.pem), or the\n"+
-			"ClusterTrustBundles of a name or signer: identities, validity, and which certificate signs which.")
-		fs.PrintDefaults()
+// inspectCommand is `workload-ca inspect`.
+func inspectCommand() commandDef[inspectConfig] {
+	return commandDef[inspectConfig]{
+		use:   "inspect [PEM file...]",
+		short: "Describe certificates or ClusterTrustBundles: identities, expiry, which root signs what",
+		long: `Describes certificates (a chain, a root bundle, cert-chain.pem, root-cert.pem),
+or the ClusterTrustBundles of a name or signer: identities, validity, and
+which certificate signs which.`,
+		flags:     inspectFlags,
+		args:      true,
+		exclusive: [][]string{{"cluster-trust-bundle", "signer"}},
+		values:    map[string][]string{"output": {"text", "json"}},
+		files:     []string{"kubeconfig"},
+		run:       runInspect,
 	}
+}
+
+func inspectFlags() (*pflag.FlagSet, func([]string) (inspectConfig, error)) {
+	fs := newFlagSet("inspect")
 	var c inspectConfig
 	var output string
+	fs.section("ClusterTrustBundles")
 	fs.StringVar(&c.Bundle, "cluster-trust-bundle", "", "inspect the ClusterTrustBundle of this name")
 	fs.StringVar(&c.Signer, "signer", "", "inspect every ClusterTrustBundle of this signer, e.g. workload-ca.io/spiffe")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for --cluster-trust-bundle and --signer (default: KUBECONFIG, then in-cluster)")
+	fs.section("Output")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
-	if err := fs.Parse(args); err != nil {
-		return c, err
+	fs.example("cluster-trust-bundle", "workload-ca.io:spiffe:1f2e3d4c5b6a7988")
+	fs.example("kubeconfig", "$HOME/.kube/config")
+	return fs.done(), func(files []string) (inspectConfig, error) {
+		c.Files = files
+		switch output {
+		case "text":
+		case "json":
+			c.JSON = true
+		default:
+			return c, fmt.Errorf("%w: --output %q: want text or json", errUsage, output)
+		}
+		switch {
+		case c.Bundle != "" && c.Signer != "":
+			return c, fmt.Errorf("%w: --cluster-trust-bundle and --signer are exclusive", errUsage)
+		case len(c.Files) == 0 && c.Bundle == "" && c.Signer == "":
+			return c, fmt.Errorf("%w: nothing to inspect: give PEM files, --cluster-trust-bundle NAME or --signer NAME (e.g. workload-ca inspect root-cert.pem)", errUsage)
+		}
+		return c, nil
 	}
-	c.Files = fs.Args()
-	switch output {
-	case "text":
-	case "json":
-		c.JSON = true
-	default:
-		return c, fmt.Errorf("%w: --output %q: want text or json", errUsage, output)
-	}
-	switch {
-	case c.Bundle != "" && c.Signer != "":
-		return c, fmt.Errorf("%w: --cluster-trust-bundle and --signer are exclusive", errUsage)
-	case len(c.Files) == 0 && c.Bundle == "" && c.Signer == "":
-		return c, fmt.Errorf("%w: nothing to inspect: give PEM files, --cluster-trust-bundle NAME or --signer NAME (e.g. workload-ca inspect root-cert.pem)", errUsage)
-	}
-	return c, nil
 }
 
-func runInspect(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseInspectFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func runInspect(ctx context.Context, c inspectConfig, stdout, _ io.Writer) error {
 	var sets []certSet
 	for _, f := range c.Files {
 		raw, err := os.ReadFile(f) //nolint:gosec // the files the user asked to inspect

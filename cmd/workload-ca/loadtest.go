@@ -4,18 +4,17 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"time"
+
+	"github.com/spf13/pflag"
 
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
 // loadtestUsage explains the plan file, which flags cannot.
-const loadtestUsage = `Usage: workload-ca loadtest --plan FILE --root-cert FILE [flags]
-
-Behaves like many ztunnels: each has its own connection (gRPC over TLS 1.3),
+const loadtestUsage = `Behaves like many ztunnels: each has its own connection (gRPC over TLS 1.3),
 its own bearer token, at most --in-flight requests outstanding, and asks for
 the identities of its node with ImpersonatedIdentity. Keys and CSRs (P-256,
 ztunnel's shape) are pregenerated. Progress goes to stderr every second; the
@@ -31,8 +30,6 @@ requests/s in total, latency measured from when each request was due); --once
 same time, with no deadline per request, as ztunnel; --duration is then the
 deadline of the storm, and --retry says how failures are retried: after
 ztunnel's backoff, or at once).
-
-Flags:
 `
 
 // loadtestConfig is the validated configuration of `workload-ca loadtest`.
@@ -45,74 +42,79 @@ type loadtestConfig struct {
 	quiet    bool
 }
 
-func parseLoadtestFlags(args []string, stderr io.Writer) (loadtestConfig, error) {
-	fs := flag.NewFlagSet("loadtest", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), loadtestUsage)
-		fs.PrintDefaults()
+// loadtestCommand is `workload-ca loadtest`.
+func loadtestCommand() commandDef[loadtestConfig] {
+	return commandDef[loadtestConfig]{
+		use:       "loadtest --plan FILE --root-cert FILE",
+		short:     "Load the CA as many ztunnels would, and measure it",
+		long:      "Loads the CA as many ztunnels would, and measures it.\n\n" + loadtestUsage,
+		flags:     loadtestFlags,
+		exclusive: [][]string{{"once", "rate"}},
+		values:    map[string][]string{"output": {"text", "json"}, "retry": {loadtest.RetryZtunnel, loadtest.RetryAggressive}},
+		files:     []string{"plan", "root-cert"},
+		run:       runLoadtest,
 	}
+}
+
+func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
+	fs := newFlagSet("loadtest")
 	var c loadtestConfig
 	r := &c.run
 	var output string
+	fs.section("Plan and connection")
 	fs.StringVar(&c.planFile, "plan", "", "JSON plan file: ztunnels with their tokens and identities (required)")
+	fs.StringVar(&c.rootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
 	fs.StringVar(&r.Address, "addr", "localhost:15012", "CA address host:port")
 	fs.StringVar(&r.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
-	fs.StringVar(&c.rootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
+	fs.IntVar(&c.limit, "ztunnels-limit", 0, "use only the first N ztunnels of the plan (0: all)")
+	fs.IntVar(&r.CSRsPerIdentity, "csrs-per-identity", loadtest.DefaultCSRsPerIdentity, "pregenerated keys and CSRs per identity, used round-robin")
+	fs.section("Load")
 	fs.DurationVar(&r.Duration, "duration", 10*time.Second, "measured window after the warm-up (with --once: the deadline of the storm)")
 	fs.DurationVar(&r.Warmup, "warmup", 3*time.Second, "warm-up before the measured window, not counted")
 	fs.Float64Var(&r.Rate, "rate", 0, "total target rate in requests/s, open loop; 0 is the maximum rate, closed loop")
 	fs.BoolVar(&r.Once, "once", false, "cold-start storm: every ztunnel asks for each of its identities once, all at once")
 	fs.StringVar(&r.Retry, "retry", loadtest.RetryZtunnel, "with --once, how a failed request is retried: ztunnel (after ztunnel's backoff, from 1s doubling to 150s, 20% jitter) or aggressive (at once)")
 	fs.DurationVar(&r.Hold, "hold", 0, "with --once, keep the connections open and idle this long after the storm")
-	fs.IntVar(&c.limit, "ztunnels-limit", 0, "use only the first N ztunnels of the plan (0: all)")
 	fs.IntVar(&r.InFlight, "in-flight", loadtest.DefaultInFlight, "most requests outstanding per ztunnel")
 	fs.DurationVar(&r.Timeout, "timeout", loadtest.DefaultTimeout, "deadline of each request, and of connecting")
 	fs.DurationVar(&r.TTL, "ttl", loadtest.DefaultTTL, "requested certificate lifetime (validity_duration)")
-	fs.IntVar(&r.CSRsPerIdentity, "csrs-per-identity", loadtest.DefaultCSRsPerIdentity, "pregenerated keys and CSRs per identity, used round-robin")
-	fs.BoolVar(&r.NoCheck, "no-check", false, "do not parse and check the responses (less client CPU)")
+	fs.section("Output")
 	fs.StringVar(&output, "output", "text", "summary format: text or json")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
-	if err := fs.Parse(args); err != nil {
-		return c, err
+	fs.BoolVar(&r.NoCheck, "no-check", false, "do not parse and check the responses (less client CPU)")
+	fs.example("plan", "plan.json")
+	fs.example("root-cert", "root-cert.pem")
+	fs.example("rate", "250")
+	return fs.done(), func([]string) (loadtestConfig, error) {
+		var errs []error
+		if c.planFile == "" || c.rootCert == "" {
+			errs = append(errs, errors.New("--plan and --root-cert are required"))
+		}
+		if output != "text" && output != "json" {
+			errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
+		}
+		if r.Rate < 0 || r.Duration <= 0 || r.Warmup < 0 || r.InFlight <= 0 || c.limit < 0 {
+			errs = append(errs, errors.New("--duration and --in-flight must be positive; --rate, --warmup and --ztunnels-limit not negative"))
+		}
+		if r.Once && r.Rate > 0 {
+			errs = append(errs, errors.New("--once and --rate exclude each other"))
+		}
+		if r.Retry != loadtest.RetryZtunnel && r.Retry != loadtest.RetryAggressive {
+			errs = append(errs, fmt.Errorf("--retry %q: want %s or %s", r.Retry, loadtest.RetryZtunnel, loadtest.RetryAggressive))
+		}
+		if r.Hold < 0 || (r.Hold > 0 && !r.Once) {
+			errs = append(errs, errors.New("--hold must not be negative, and needs --once"))
+		}
+		c.json = output == "json"
+		if err := errors.Join(errs...); err != nil {
+			return c, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		return c, nil
 	}
-	if err := envFallback(fs); err != nil {
-		return c, err
-	}
-	var errs []error
-	if c.planFile == "" || c.rootCert == "" {
-		errs = append(errs, errors.New("--plan and --root-cert are required"))
-	}
-	if output != "text" && output != "json" {
-		errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
-	}
-	if r.Rate < 0 || r.Duration <= 0 || r.Warmup < 0 || r.InFlight <= 0 || c.limit < 0 {
-		errs = append(errs, errors.New("--duration and --in-flight must be positive; --rate, --warmup and --ztunnels-limit not negative"))
-	}
-	if r.Once && r.Rate > 0 {
-		errs = append(errs, errors.New("--once and --rate exclude each other"))
-	}
-	if r.Retry != loadtest.RetryZtunnel && r.Retry != loadtest.RetryAggressive {
-		errs = append(errs, fmt.Errorf("--retry %q: want %s or %s", r.Retry, loadtest.RetryZtunnel, loadtest.RetryAggressive))
-	}
-	if r.Hold < 0 || (r.Hold > 0 && !r.Once) {
-		errs = append(errs, errors.New("--hold must not be negative, and needs --once"))
-	}
-	if fs.NArg() > 0 {
-		errs = append(errs, fmt.Errorf("unexpected arguments %q", fs.Args()))
-	}
-	c.json = output == "json"
-	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return c, nil
 }
 
-func runLoadtest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	c, err := parseLoadtestFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func runLoadtest(ctx context.Context, c loadtestConfig, stdout, stderr io.Writer) error {
+	var err error
 	if c.run.Roots, err = rootPool(c.rootCert); err != nil {
 		return err
 	}

@@ -1,10 +1,11 @@
 package main
 
 import (
-	"flag"
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/spf13/pflag"
 )
 
 // writeConfigReference writes the configuration reference of `workload-ca
@@ -19,18 +20,20 @@ Generated from the flag definitions by ` + "`make config-reference`" + `; do not
 Every flag can also be set as the environment variable in its row; a flag
 on the command line wins. The configuration is validated once at start and
 every problem is reported together. [configuration.md](configuration.md)
-explains the main ones by task.
-
-| flag | environment variable | default | meaning |
-| --- | --- | --- | --- |
+explains the main ones by task. The sections are those of
+` + "`workload-ca serve --help`" + `.
 `)
-	fs.VisitAll(func(f *flag.Flag) {
-		def := f.DefValue
-		if def != "" {
-			def = "`" + def + "`"
-		}
-		fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
-	})
+	names, groups := flagGroups(fs)
+	for _, name := range names {
+		b.WriteString("\n## " + name + "\n\n| flag | environment variable | default | meaning |\n| --- | --- | --- | --- |\n")
+		groups[name].VisitAll(func(f *pflag.Flag) {
+			def := f.DefValue
+			if def != "" {
+				def = "`" + def + "`"
+			}
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
+		})
+	}
 	_, err := io.WriteString(w, b.String())
 	return err
 }

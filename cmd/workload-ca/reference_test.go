@@ -1,9 +1,10 @@
 package main
 
 import (
-	"flag"
 	"strings"
 	"testing"
+
+	"github.com/spf13/pflag"
 )
 
 // TestConfigReferenceNamesEveryFlag: the reference has one row per serve
@@ -17,7 +18,7 @@ func TestConfigReferenceNamesEveryFlag(t *testing.T) {
 	out := b.String()
 	fs, _ := serveFlags()
 	n := 0
-	fs.VisitAll(func(f *flag.Flag) {
+	fs.VisitAll(func(f *pflag.Flag) {
 		n++
 		row := "| `--" + f.Name + "` | `" + envName(f.Name) + "` | "
 		if !strings.Contains(out, row) {
@@ -39,9 +40,15 @@ func TestHelp(t *testing.T) {
 		want     string
 	}{
 		{[]string{"help"}, 0, "Usage:"},
-		{[]string{"help", "serve"}, 0, "-trust-domain"},
-		{[]string{"help", "config-reference"}, 0, "| `--trust-domain` |"},
-		{[]string{"help", "bogus"}, 2, `help "bogus"`},
+		{[]string{"help", "serve"}, 0, "--trust-domain"},
+		{[]string{"help", "serve"}, 0, "\nCA material:\n"},
+		{[]string{"serve", "--help"}, 0, "\nLeader election:\n"},
+		{[]string{"help", "request"}, 0, "--identity"},
+		{[]string{"help", "config-reference"}, 0, "Markdown"},
+		{[]string{"config-reference"}, 0, "| `--trust-domain` |"},
+		{[]string{"help", "bogus"}, 2, `help "bogus": no such command`},
+		{[]string{"serv"}, 2, `unknown command "serv" for "workload-ca"; did you mean serve?`},
+		{[]string{"--version"}, 0, "workload-ca dev (commit "},
 	} {
 		var stdout, stderr strings.Builder
 		code := run(t.Context(), tc.args, &stdout, &stderr)

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"go.step.sm/crypto/pemutil"
 	"google.golang.org/grpc/status"
@@ -36,56 +36,66 @@ type requestConfig struct {
 	ClusterID   string
 }
 
-func parseRequestFlags(args []string, stderr io.Writer) (requestConfig, error) {
-	fs := flag.NewFlagSet("request", flag.ContinueOnError)
-	fs.SetOutput(stderr)
+// requestCommand is `workload-ca request`.
+func requestCommand() commandDef[requestConfig] {
+	return commandDef[requestConfig]{
+		use:   "request --root-cert FILE --token-file FILE --identity SPIFFE-ID",
+		short: "Request a certificate as ztunnel would",
+		long: `Requests a certificate as ztunnel does: a P-256 key and CSR, the bearer
+token of --token-file, the identity as ImpersonatedIdentity metadata, over
+TLS verified with --root-cert. Prints the chain (or writes it to --out-dir).`,
+		flags:  requestFlags,
+		values: map[string][]string{"output": {"text", "json"}},
+		dirs:   []string{"out-dir"},
+		files:  []string{"root-cert", "token-file"},
+		run:    runRequest,
+	}
+}
+
+func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
+	fs := newFlagSet("request")
 	var c requestConfig
 	var id, output string
+	fs.section("Connection")
 	fs.StringVar(&c.Addr, "addr", "localhost:15012", "CA address host:port (ztunnel's CA_ADDRESS)")
 	fs.StringVar(&c.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
 	fs.StringVar(&c.RootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
+	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
+	fs.section("Request")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token, re-read on every call as ztunnel does (required)")
 	fs.StringVar(&id, "identity", "", "SPIFFE ID to request, e.g. spiffe://cluster.local/ns/demo/sa/web (required)")
 	fs.BoolVar(&c.Impersonate, "impersonate", true, "send the identity as ImpersonatedIdentity metadata (ztunnel's shared mode); false asks for the caller's own identity")
 	fs.DurationVar(&c.TTL, "ttl", 24*time.Hour, "requested lifetime (validity_duration)")
-	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
+	fs.StringVar(&c.ClusterID, "cluster-id", caclient.DefaultClusterID, "cluster id sent in the clusterid header (ztunnel's CLUSTER_ID)")
+	fs.section("Output")
 	fs.StringVar(&c.OutDir, "out-dir", "", "write cert-chain.pem, key.pem and root-cert.pem here")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.StringVar(&c.ClusterID, "cluster-id", caclient.DefaultClusterID, "cluster id sent in the clusterid header (ztunnel's CLUSTER_ID)")
-	if err := fs.Parse(args); err != nil {
-		return c, err
+	fs.example("root-cert", "root-cert.pem")
+	fs.example("token-file", "/var/run/secrets/tokens/istio-token")
+	fs.example("identity", "spiffe://cluster.local/ns/demo/sa/web")
+	fs.example("server-name", "istiod.istio-system.svc")
+	fs.example("out-dir", "./certs")
+	return fs.done(), func([]string) (requestConfig, error) {
+		var errs []error
+		var err error
+		if c.Identity, err = spiffeid.FromString(id); err != nil {
+			errs = append(errs, fmt.Errorf("--identity: %w", err))
+		}
+		if c.RootCert == "" || c.TokenFile == "" {
+			errs = append(errs, errors.New("--root-cert and --token-file are required"))
+		}
+		if output != "text" && output != "json" {
+			errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
+		}
+		c.JSON = output == "json"
+		if err := errors.Join(errs...); err != nil {
+			return c, fmt.Errorf("%w: %w", errUsage, err)
+		}
+		return c, nil
 	}
-	if fs.NArg() > 0 {
-		// Parsing stops at the first word that is not a flag: a stray
-		// "false" after a boolean flag would drop every flag after it.
-		return c, fmt.Errorf("%w: unexpected arguments %q (boolean flags take --flag=false)", errUsage, fs.Args())
-	}
-	if err := envFallback(fs); err != nil {
-		return c, err
-	}
-	var errs []error
-	var err error
-	if c.Identity, err = spiffeid.FromString(id); err != nil {
-		errs = append(errs, fmt.Errorf("--identity: %w", err))
-	}
-	if c.RootCert == "" || c.TokenFile == "" {
-		errs = append(errs, errors.New("--root-cert and --token-file are required"))
-	}
-	if output != "text" && output != "json" {
-		errs = append(errs, fmt.Errorf("--output %q: want text or json", output))
-	}
-	c.JSON = output == "json"
-	if err := errors.Join(errs...); err != nil {
-		return c, fmt.Errorf("%w: %w", errUsage, err)
-	}
-	return c, nil
 }
 
-func runRequest(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseRequestFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func runRequest(ctx context.Context, cfg requestConfig, stdout, _ io.Writer) error {
 	pool, err := rootPool(cfg.RootCert)
 	if err != nil {
 		return err

@@ -3,14 +3,13 @@ package main
 import (
 	"crypto/tls"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -111,103 +110,134 @@ type serveFlagValues struct {
 	dnsNames, audiences, agents, istiodNames                                listFlag
 }
 
-// serveFlags defines the flags of `workload-ca serve`: the one list the
-// parser, -h and the generated configuration reference read.
-func serveFlags() (*flag.FlagSet, *serveFlagValues) {
-	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+// serveFlags defines the flags of `workload-ca serve`, in sections: the
+// one list the parser, the help and the generated configuration reference
+// read.
+func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
+	fs := newFlagSet("serve")
 	v := &serveFlagValues{dnsNames: listFlag{"localhost"}, audiences: listFlag{tokenreview.DefaultAudience},
 		agents: listFlag{"istio-system/ztunnel"}}
 	c := &v.c
+	fs.section("General")
 	fs.BoolVar(&c.Validate, "validate", false, "check the flags and the CA material that needs no API server (a directory, a plug-in root, a KMS or HSM key), print what would run, and exit without writing anything")
+	fs.section("Serving")
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
-	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
-	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
-	fs.BoolVar(&c.CADirCreate, "ca-dir-create", false, "with --ca-dir: create the directory, and a self-signed root in it, when it does not exist; without this a missing directory is an error, so a mistyped path never starts a new CA (an existing empty directory still gets a generated root)")
-	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
-	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
-	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
-	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
-	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs, and with --ca-root-dir a new signing root before its intermediates do (rotating intermediates needs none: the bundle does not change)")
-	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
-	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
-	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
-	fs.DurationVar(&c.MaxTTL, "max-ttl", ca.DefaultMaxTTL, "longest certificate lifetime; longer requests are clamped. Certificates cannot be revoked: this is how long a stolen one stays usable")
 	fs.Var(&v.dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
 	fs.DurationVar(&c.ServingTTL, "serving-ttl", 24*time.Hour, "lifetime of the serving certificate; renewed after two thirds")
 	fs.StringVar(&v.tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
+	fs.section("Identities and lifetimes")
+	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
+	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
+	fs.DurationVar(&c.MaxTTL, "max-ttl", ca.DefaultMaxTTL, "longest certificate lifetime; longer requests are clamped. Certificates cannot be revoked: this is how long a stolen one stays usable")
+	fs.section("CA material")
+	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
+	fs.BoolVar(&c.CADirCreate, "ca-dir-create", false, "with --ca-dir: create the directory, and a self-signed root in it, when it does not exist; without this a missing directory is an error, so a mistyped path never starts a new CA (an existing empty directory still gets a generated root)")
+	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
+	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
+	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
+	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
+	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
+	fs.section("Rotation (with --ca-secret)")
+	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
+	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs, and with --ca-root-dir a new signing root before its intermediates do (rotating intermediates needs none: the bundle does not change)")
+	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
+	fs.section("Kubernetes API")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 50, "sustained rate of Kubernetes API requests of each client: the TokenReviews, the pod index and each writer have a rate limit of their own, leader election a fixed one")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests of each client")
+	fs.section("Authentication")
+	fs.StringVar(&v.verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
 	fs.Var(&v.audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
-	fs.StringVar(&v.verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
 	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "how often the service account issuer's keys are fetched again; a token signed with a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
+	fs.section("Authorization")
 	fs.Var(&v.agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
-	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
-	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
-	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
-	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
-	fs.StringVar(&v.logFormat, "log-format", "json", "log format: json (one object a line, for log pipelines) or text (key=value, for a terminal); audit records in --audit-log are always JSON")
+	fs.section("Overload and connection limits")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
-	fs.IntVar(&c.MaxStreams, "max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "requests one client connection may have in flight (HTTP/2 concurrent streams); a client wanting more queues them itself")
-	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
-	fs.IntVar(&c.MaxConns, "max-connections", server.DefaultMaxConnections, "client connections open at once; a connection beyond waits to be accepted until one closes")
-	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderListSize, "request metadata of one request, as HTTP/2 counts it; a larger request is refused before any check")
 	fs.IntVar(&c.MaxQueuedPerNode, "max-queued-per-node", server.DefaultMaxQueuedPerNode, "requests from one node (its node agent and pods) that may wait for a signing slot, so that no node takes the queue")
-	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
-	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
-	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
-	fs.BoolVar(&c.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
-	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
+	fs.IntVar(&c.MaxStreams, "max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "requests one client connection may have in flight (HTTP/2 concurrent streams); a client wanting more queues them itself")
+	fs.IntVar(&c.MaxConns, "max-connections", server.DefaultMaxConnections, "client connections open at once; a connection beyond waits to be accepted until one closes")
+	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
+	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
+	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderListSize, "request metadata of one request, as HTTP/2 counts it; a larger request is refused before any check")
+	fs.section("Shutdown")
+	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
+	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
+	fs.section("Trust distribution (leader only)")
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
-	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
-	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
 	fs.StringVar(&c.SignerName, "signer-name", clustertrustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
 	fs.StringVar(&v.rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
+	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
+	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
+	fs.section("istiod's serving certificate (leader only)")
 	fs.BoolVar(&c.IstiodCert, "istiod-cert", false, "keep istiod's serving certificate issued by this CA in the Secret Istio's chart mounts for it (leader only), so that proxies verifying istiod's xDS port with our root can connect")
 	fs.StringVar(&c.IstiodNamespace, "istiod-namespace", "istio-system", "with --istiod-cert: istiod's namespace, where the Secret is kept")
 	fs.StringVar(&c.IstiodCertSecret, "istiod-cert-secret", istiodcert.DefaultSecretName, "with --istiod-cert: the Secret (kubernetes.io/tls: tls.crt, tls.key, ca.crt) istiod mounts at /var/run/secrets/istiod/tls; one not created by this CA is left alone")
 	fs.Var(&v.istiodNames, "istiod-cert-dns-names", "with --istiod-cert: comma-separated DNS names of istiod's certificate (default istiod.<--istiod-namespace>.svc; add istiod-<revision>.<namespace>.svc for revisions, and any name proxies dial)")
 	fs.DurationVar(&c.IstiodCertTTL, "istiod-cert-ttl", istiodcert.DefaultTTL, "with --istiod-cert: lifetime of istiod's certificate (clamped to --max-ttl); reissued after two thirds")
+	fs.section("Leader election")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
 	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
 	fs.DurationVar(&c.Lease.renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&c.Lease.retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
-	return fs, v
+	fs.section("Observability")
+	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
+	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
+	fs.StringVar(&v.logFormat, "log-format", "json", "log format: json (one object a line, for log pipelines) or text (key=value, for a terminal); audit records in --audit-log are always JSON")
+	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
+	fs.BoolVar(&c.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
+	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
+	fs.example("ca-dir", "/etc/cacerts")
+	fs.example("ca-secret", "istio-system/workload-ca")
+	fs.example("ca-root-dir", "/etc/root-ca")
+	fs.example("ca-key-uri", "pkcs11:token=ca;object=root?pin-source=/etc/pin")
+	fs.example("kubeconfig", "$HOME/.kube/config")
+	fs.example("cluster-id", "Kubernetes")
+	fs.example("audit-log", "/var/log/workload-ca/audit.log")
+	fs.example("istio-root-configmap-namespaces", "istio-injection=enabled")
+	fs.example("istiod-cert-dns-names", "istiod.istio-system.svc,istiod-canary.istio-system.svc")
+	fs.example("max-concurrent-signs", "2")
+	return fs.done(), v
 }
 
-// parseServeFlags builds the configuration from flags (environment
-// variables WORKLOAD_CA_<FLAG> as fallback) and validates it once.
-func parseServeFlags(args []string, stderr io.Writer) (serveConfig, error) {
-	fs, v := serveFlags()
-	// A bad value is one line naming the flag (returned), not the whole
-	// usage; -h prints the usage.
-	fs.SetOutput(io.Discard)
-	fs.Usage = func() {}
+// serveCommand is `workload-ca serve`.
+func serveCommand() commandDef[serveConfig] {
+	return commandDef[serveConfig]{
+		use:   "serve",
+		short: "Run the CA (gRPC IstioCertificateService)",
+		long: `Runs the CA: the gRPC IstioCertificateService for ztunnel and istio-agent on
+--listen-addr, metrics and health on --admin-addr, and, on the leader, the
+trust distribution and rotation tasks. Exactly one of --ca-dir and
+--ca-secret names the CA material; serve --validate checks it and exits.`,
+		flags: func() (*pflag.FlagSet, func([]string) (serveConfig, error)) {
+			fs, v := serveFlags()
+			return fs, func([]string) (serveConfig, error) { return v.config() }
+		},
+		exclusive: [][]string{{"ca-dir", "ca-secret"}, {"ca-dir", "ca-root-dir"}},
+		oneOf:     [][]string{{"ca-dir", "ca-secret"}},
+		values: map[string][]string{
+			"ca-key-type":        {"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"},
+			"tls-min-version":    {"1.3", "1.2"},
+			"token-verification": {"local", "tokenreview"},
+			"log-level":          {"debug", "info", "warn", "error"},
+			"log-format":         {"json", "text"},
+		},
+		dirs:  []string{"ca-dir", "ca-root-dir"},
+		files: []string{"kubeconfig", "audit-log"},
+		run:   runServe,
+	}
+}
+
+// config validates the parsed flags (environment variables
+// WORKLOAD_CA_<FLAG> already applied) into the configuration, once.
+func (v *serveFlagValues) config() (serveConfig, error) {
 	c := &v.c
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			fs.SetOutput(stderr)
-			fmt.Fprintln(stderr, "Usage of workload-ca serve (each flag also WORKLOAD_CA_<FLAG>; workload-ca help config-reference has them all):")
-			fs.PrintDefaults()
-			return *c, err
-		}
-		return *c, fmt.Errorf("%w: %w%s", errUsage, err, example(fs, err))
-	}
-	if fs.NArg() > 0 {
-		// Parsing stops at the first word that is not a flag: a stray
-		// "false" after a boolean flag would drop every flag after it.
-		return *c, fmt.Errorf("%w: unexpected arguments %q (boolean flags take --flag=false)", errUsage, fs.Args())
-	}
-	if err := envFallback(fs); err != nil {
-		return *c, err
-	}
 	c.ServingDNSNames, c.TokenAudiences, c.IstiodDNSNames = v.dnsNames, v.audiences, v.istiodNames
 	switch v.logFormat {
 	case "json":

@@ -141,7 +141,7 @@ func TestParseServeFlags(t *testing.T) {
 			}
 		}},
 		{name: "an unknown log format", args: []string{"--ca-dir", "/ca", "--log-format", "xml"}, wantErr: "--log-format"},
-		{name: "a duration without a unit names the flag and an example", args: []string{"--ca-dir", "/ca", "--default-ttl", "5"}, wantErr: "--default-ttl wants a duration, e.g. 24h"},
+		{name: "a duration without a unit names the flag and an example", args: []string{"--ca-dir", "/ca", "--default-ttl", "5"}, wantErr: "--default-ttl wants a duration, e.g. --default-ttl=24h)"},
 		{name: "a number that is not one", args: []string{"--ca-dir", "/ca", "--max-streams-per-connection", "x"}, wantErr: "--max-streams-per-connection wants a whole number"},
 		{name: "a key type no generator makes", args: []string{"--ca-dir", "/ca", "--ca-key-type", "ed25519"}, wantErr: `--ca-key-type: unknown key type "ed25519"`},
 		{name: "a KMS nobody knows", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "bogus:foo"}, wantErr: `--ca-key-uri: unknown KMS "bogus"`},

@@ -38,11 +38,7 @@ import (
 	"github.com/workload-ca/workload-ca/trust/configmap"
 )
 
-func runServe(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cfg, err := parseServeFlags(args, stderr)
-	if err != nil {
-		return err
-	}
+func runServe(ctx context.Context, cfg serveConfig, stdout, _ io.Writer) error {
 	if cfg.Validate {
 		return validateServe(ctx, cfg, stdout)
 	}
