@@ -125,6 +125,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		latency  = "workload_ca_issuance_duration_seconds_bucket"
 		serving  = "workload_ca_serving_cert_expiry_timestamp_seconds"
 		istiod   = "workload_ca_istiod_cert_expiry_timestamp_seconds"
+		nextStep = "workload_ca_rotation_next_step_timestamp_seconds"
 		year     = "31536000x180"
 	)
 	type alert struct {
@@ -164,7 +165,11 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(synced, `pod="p1"`, "0x180"),
 		series(rootCMs, `pod="p0",result="repaired"`, "0+1x180"), // istiod fights over them
 		series(rootCMs, `pod="p0",result="unchanged"`, "0+100x180"),
+		series(nextStep, `pod="p0",step="activate"`, "0x180"), // due at t=0, never taken
+		series(nextStep, `pod="p1",step="activate"`, "0x180"),
 	}, Alerts: []alertTest{
+		at("WorkloadCARotationStuck", alert{nsLabels("severity", "warning", "step", "activate"),
+			expect("WorkloadCARotationStuck", "{{ $labels.step }}", "activate", "{{ $value | humanizeDuration }}", "2h 0m 0s")}),
 		at("WorkloadCARootExpiringSoon", alert{nsLabels("severity", "warning"),
 			expect("WorkloadCARootExpiringSoon", "{{ $value | humanizeDuration }}", "19d 22h 0m 0s")}),
 		at("WorkloadCAIntermediateExpiringSoon"),
@@ -196,6 +201,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(serving, `pod="p0"`, year),
 		series(istiod, `pod="p0"`, year),
 		series(istiod, `pod="p1"`, "0x180"), // never led
+		series(nextStep, `pod="p0",step="prepare"`, year),
+		series(nextStep, `pod="p1",step="prepare"`, year),
 	}}
 	for name := range annotations {
 		healthy.Alerts = append(healthy.Alerts, at(name))
@@ -232,8 +239,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
 		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
 	}}
-	if len(annotations) < 14 {
-		t.Fatalf("the PrometheusRule has %d alerts, want at least 14", len(annotations))
+	if len(annotations) < 15 {
+		t.Fatalf("the PrometheusRule has %d alerts, want at least 15", len(annotations))
 	}
 	checkRunbooks(t, annotations)
 

@@ -27,7 +27,8 @@ func TestMetrics(t *testing.T) {
 	root := &x509.Certificate{NotAfter: time.Unix(2000000000, 0)}
 	newRoot := &x509.Certificate{NotAfter: time.Unix(2100000000, 0)}
 	metrics.WatchCA(reg, func() metrics.CAState {
-		return metrics.CAState{Signing: root, Roots: []*x509.Certificate{root, newRoot}, Serving: root, Phase: "prepared"}
+		return metrics.CAState{Signing: root, Roots: []*x509.Certificate{root, newRoot}, Serving: root, Phase: "prepared",
+			NextStep: "activate", NextStepAt: time.Unix(1.9e9, 0)}
 	})
 	metrics.WatchPodIndex(reg, func() metrics.PodIndexStats {
 		return metrics.PodIndexStats{Synced: true, Pods: 7, Nodes: 2, ServiceAccounts: 3, Lookups: 4, LookupsRefused: 1}
@@ -47,6 +48,9 @@ workload_ca_ca_cert_expiry_timestamp_seconds{kind="signing"} 2e+09
 workload_ca_rotation_phase{phase="prepared"} 1
 workload_ca_rotation_phase{phase="retiring"} 0
 workload_ca_rotation_phase{phase="steady"} 0
+# HELP workload_ca_rotation_next_step_timestamp_seconds When the rotation plan's next step is due, as a Unix time, by step; one far in the past is a rotation that is stuck.
+# TYPE workload_ca_rotation_next_step_timestamp_seconds gauge
+workload_ca_rotation_next_step_timestamp_seconds{step="activate"} 1.9e+09
 # HELP workload_ca_podindex_pods Live scheduled pods in the pod index.
 # TYPE workload_ca_podindex_pods gauge
 workload_ca_podindex_pods 7
@@ -65,7 +69,7 @@ workload_ca_leader 1
 citadel_server_authentication_failure_count 1
 `
 	names := []string{"workload_ca_certificate_requests_total", "workload_ca_ca_cert_expiry_timestamp_seconds",
-		"workload_ca_rotation_phase", "workload_ca_podindex_pods", "workload_ca_tokenreview_cache_lookups_total",
+		"workload_ca_rotation_phase", "workload_ca_rotation_next_step_timestamp_seconds", "workload_ca_podindex_pods", "workload_ca_tokenreview_cache_lookups_total",
 		"workload_ca_root_configmap_publish_total", "workload_ca_leader", "citadel_server_authentication_failure_count"}
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), names...); err != nil {
 		t.Fatal(err)

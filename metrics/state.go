@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"crypto/x509"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -53,6 +54,10 @@ type CAState struct {
 	// Phase is the rotation phase (steady, prepared, retiring), empty when
 	// the CA does not rotate itself.
 	Phase string
+	// NextStep is the rotation step due next and NextStepAt when; empty
+	// when none is planned.
+	NextStep   string
+	NextStepAt time.Time
 }
 
 // rotationPhases are the values Phase may take, exported as a one-hot gauge.
@@ -80,7 +85,7 @@ func WatchPodIndex(reg prometheus.Registerer, stats func() PodIndexStats) {
 // matters once a rotation has finished); intermediates the earliest.
 func WatchCA(reg prometheus.Registerer, state func() CAState) {
 	reg.MustRegister(&funcCollector{
-		descs: []*prometheus.Desc{expiryDesc, servingExpiryDesc, phaseDesc, rootsDesc},
+		descs: []*prometheus.Desc{expiryDesc, servingExpiryDesc, phaseDesc, rootsDesc, nextStepDesc},
 		collect: func(ch chan<- prometheus.Metric) {
 			s := state()
 			if s.Signing != nil {
@@ -96,6 +101,9 @@ func WatchCA(reg prometheus.Registerer, state func() CAState) {
 				ch <- gauge(servingExpiryDesc, unix(s.Serving))
 			}
 			ch <- gauge(rootsDesc, float64(len(s.Roots)))
+			if s.NextStep != "" {
+				ch <- gauge(nextStepDesc, float64(s.NextStepAt.Unix()), s.NextStep)
+			}
 			if s.Phase != "" {
 				for _, p := range rotationPhases {
 					ch <- gauge(phaseDesc, boolf(p == s.Phase), p)
@@ -148,6 +156,7 @@ var (
 	servingExpiryDesc = desc("serving_cert_expiry_timestamp_seconds", "NotAfter of the gRPC serving certificate as a Unix time.")
 	rootsDesc         = desc("trust_bundle_roots", "Roots in the trust bundle (more than one during a rotation).")
 	phaseDesc         = desc("rotation_phase", "1 for the current CA rotation phase.", "phase")
+	nextStepDesc      = desc("rotation_next_step_timestamp_seconds", "When the rotation plan's next step is due, as a Unix time, by step; one far in the past is a rotation that is stuck.", "step")
 )
 
 func desc(name, help string, labels ...string) *prometheus.Desc {

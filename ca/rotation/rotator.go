@@ -147,6 +147,13 @@ func (r *Rotator) Run(ctx context.Context) error {
 	}
 }
 
+// Next is the step the plan gives for the store's current state and when
+// it is due; on any replica, for metrics: a step long due and not taken
+// is a rotation that is stuck (no leader, or its writes failing).
+func (r *Rotator) Next() (Step, time.Time) {
+	return r.plan(r.store.Current(), r.clock.Now())
+}
+
 func (r *Rotator) plan(s castate.State, now time.Time) (Step, time.Time) {
 	return PlanUnder(s, now, r.policy, r.issuer())
 }

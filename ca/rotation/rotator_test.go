@@ -188,6 +188,33 @@ func TestRotatorRetriesFailures(t *testing.T) {
 	})
 }
 
+// TestRotatorNextShowsAStuckStep: Next, on a replica that does not rotate,
+// reports the step due and when; with nobody taking it, the time stays in
+// the past (what the stuck-rotation alert reads); once the leader takes
+// it, Next moves to the following step.
+func TestRotatorNextShowsAStuckStep(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := newHarness(t)
+		follower, err := rotation.New(rotation.Config{Store: h.store, Generate: h.gen, Policy: h.policy, Clock: h.clk})
+		if err != nil {
+			t.Fatal(err)
+		}
+		step, at := follower.Next()
+		if want, wantAt := h.due(); step != rotation.StepPrepare || step != want || !at.Equal(wantAt) || !at.After(h.clk.Now()) {
+			t.Fatalf("Next = %s at %v; want prepare at %v, in the future", step, at, wantAt)
+		}
+		h.advanceTo(at.Add(time.Hour)) // nobody rotates
+		if s, stuck := follower.Next(); s != rotation.StepPrepare || !stuck.Equal(at) {
+			t.Fatalf("an hour past due with no leader: Next = %s at %v; want prepare still at %v", s, stuck, at)
+		}
+		_, stop := h.start()
+		defer stop()
+		if s, next := follower.Next(); s != rotation.StepActivate || !next.After(h.clk.Now()) {
+			t.Fatalf("after the leader prepared: Next = %s at %v; want activate, in the future", s, next)
+		}
+	})
+}
+
 func TestRotatorRefusesShortLivedRoot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHarness(t)

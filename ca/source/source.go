@@ -129,6 +129,15 @@ func (s *Source) Phase() string {
 	return s.store.Current().Phase()
 }
 
+// NextRotation is the rotation step next due for the Secret's state and
+// when, or rotation.StepNone when the material is a directory's.
+func (s *Source) NextRotation() (rotation.Step, time.Time) {
+	if s.rotator == nil {
+		return rotation.StepNone, time.Time{}
+	}
+	return s.rotator.Next()
+}
+
 // openDir loads the CA from the directory (generating a root there on
 // first start, unless the key is in a KMS) and reloads it when the files
 // change.

@@ -26,6 +26,7 @@ import (
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/source"
 	"github.com/workload-ca/workload-ca/internal/component"
 	"github.com/workload-ca/workload-ca/istiodcert"
@@ -350,6 +351,9 @@ func (a *app) buildAdmin(context.Context) error {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
 			Intermediates: a.authority.Intermediates(), Serving: a.serving.Current().Leaf}
 		st.Phase = a.source.Phase()
+		if step, at := a.source.NextRotation(); step != rotation.StepNone {
+			st.NextStep, st.NextStepAt = string(step), at
+		}
 		return st
 	}
 	metrics.WatchCA(a.reg, caState)
