@@ -92,6 +92,7 @@ func TestChart(t *testing.T) {
 					t.Errorf("%s: the apiserver warned: %s", objName(o), strings.Join(warnings, "; "))
 				}
 			}
+			checkTestHooks(t, ap, renderChartTests(t, helm, "wca", c.ns, kubeVersion, c.values...))
 		})
 	}
 
@@ -376,11 +377,36 @@ func renderChart(t *testing.T, helm, release, ns, kubeVersion string, values ...
 // renderChartArgs is renderChart with helm template's own arguments.
 // The chart sees the suite's API server as helm install would: its
 // version and every kind it serves (.Capabilities).
+// Hooks (helm test's objects) are left out: helm install does not apply
+// them; renderChartTests returns them.
 func renderChartArgs(t *testing.T, helm, release, ns, kubeVersion string, args ...string) []*unstructured.Unstructured {
+	t.Helper()
+	objs, _ := renderAll(t, helm, release, ns, kubeVersion, args...)
+	return objs
+}
+
+// renderChartTests returns the objects helm test creates.
+func renderChartTests(t *testing.T, helm, release, ns, kubeVersion string, values ...string) []*unstructured.Unstructured {
+	t.Helper()
+	_, tests := renderAll(t, helm, release, ns, kubeVersion, valuesArgs(values)...)
+	return tests
+}
+
+func renderAll(t *testing.T, helm, release, ns, kubeVersion string, args ...string) (objs, tests []*unstructured.Unstructured) {
 	t.Helper()
 	out := runHelm(t, helm, append(append([]string{"template", release, chartDir,
 		"--namespace", ns, "--kube-version", kubeVersion}, apiVersionArgs(t)...), args...)...)
-	return decodeManifests(t, out)
+	for _, o := range decodeManifests(t, out) {
+		switch hook := o.GetAnnotations()["helm.sh/hook"]; hook {
+		case "":
+			objs = append(objs, o)
+		case "test":
+			tests = append(tests, o)
+		default:
+			t.Fatalf("%s: hook %q; the chart has test hooks only", objName(o), hook)
+		}
+	}
+	return objs, tests
 }
 
 // apiVersionArgs lists every group/version/Kind the suite's API server
@@ -604,6 +630,28 @@ func flagName(arg string) (string, bool) {
 	}
 	name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 	return name, true
+}
+
+// checkTestHooks applies helm test's service account and dry-runs its
+// pod (the pod needs the account to exist), in the restricted namespace:
+// the pod must be admitted as it is rendered.
+func checkTestHooks(t *testing.T, ap *applier, tests []*unstructured.Unstructured) {
+	t.Helper()
+	if len(tests) == 0 {
+		t.Log("helm test not rendered: these values publish the roots neither as ClusterTrustBundles nor as Istio's ConfigMap")
+		return
+	}
+	if len(tests) != 2 || tests[0].GetKind() != "ServiceAccount" || tests[1].GetKind() != "Pod" {
+		t.Fatalf("helm test renders %d objects, want its ServiceAccount and Pod", len(tests))
+	}
+	for i, o := range tests {
+		warnings, err := ap.apply(t.Context(), o, i == 1)
+		if err != nil {
+			t.Errorf("apply %s (dry run: %v): %v", objName(o), i == 1, err)
+		} else if len(warnings) > 0 {
+			t.Errorf("%s: the apiserver warned: %s", objName(o), strings.Join(warnings, "; "))
+		}
+	}
 }
 
 // knownServeFlags lists the flags of `workload-ca serve` from its -h output.

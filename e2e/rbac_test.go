@@ -98,7 +98,8 @@ func TestChartRBAC(t *testing.T) {
 	t.Run("SubjectAccessReviews", func(t *testing.T) { checkAccessReviews(t, s, rel) })
 	t.Run("ClusterTrustBundle admission allows only our signers", func(t *testing.T) { checkBundleAdmission(t, s, rel) })
 	t.Run("admission policies hold the CA to the objects it owns", func(t *testing.T) { checkOwnWrites(t, s, rel) })
-	t.Run("workload-ca serve runs as the service account", func(t *testing.T) { runAsServiceAccount(t, s, rel, objs) })
+	tests := renderChartTests(t, helm, "wca", rbacNS, serverVersion(t, s), rbacValues)
+	t.Run("workload-ca serve runs as the service account", func(t *testing.T) { runAsServiceAccount(t, s, rel, objs, tests) })
 }
 
 // releaseOf reads the names the CA will use from the rendered Deployment.
@@ -383,7 +384,7 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 
 // runAsServiceAccount runs the real CA with the chart's flags under a
 // kubeconfig holding a token of the chart's service account.
-func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstructured.Unstructured) {
+func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs, tests []*unstructured.Unstructured) {
 	known := knownServeFlags(t)
 	kubeconfig := serviceAccountKubeconfig(t, s, rel.ns, rel.serviceAccount)
 
@@ -467,6 +468,7 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs []*unstr
 	}
 	secretMode := caSecret != ""
 	checkPublished(t, s, rel, ca, secretMode)
+	t.Run("helm test's pod gets its own certificate", func(t *testing.T) { checkHelmTest(t, s, rel, ca, tests) })
 	meshNS := checkRootConfigMaps(t, s, rel, ca)
 	t.Run("admissionPolicy.exclusive: istiod cannot change what the CA publishes", func(t *testing.T) {
 		checkExclusive(t, s, rel, meshNS)

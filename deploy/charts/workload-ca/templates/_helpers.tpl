@@ -29,6 +29,19 @@ app.kubernetes.io/name: {{ include "workload-ca.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end }}
 
+{{/* Labels of the helm test objects: not the Deployment's selector. */}}
+{{- define "workload-ca.testLabels" -}}
+helm.sh/chart: {{ include "workload-ca.chart" . }}
+app.kubernetes.io/name: {{ include "workload-ca.name" . }}-test
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: test
+app.kubernetes.io/part-of: workload-ca
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
 {{- define "workload-ca.labels" -}}
 helm.sh/chart: {{ include "workload-ca.chart" . }}
 {{ include "workload-ca.selectorLabels" . }}
