@@ -32,6 +32,10 @@ type Metrics struct {
 	rotations    *prometheus.CounterVec
 	leader       prometheus.Gauge
 	istio        *istioCompat
+	// clusterRequests and remoteReady are per cluster, bounded by the
+	// configured clusters.
+	clusterRequests *prometheus.CounterVec
+	remoteReady     *prometheus.GaugeVec
 
 	// The series every issued certificate updates, resolved once: looking
 	// a child up by its label values hashes them on every request.
@@ -92,6 +96,10 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		rotations: f.counterVec("rotation_steps_total",
 			"CA rotation steps taken by this replica as leader (prepare, activate, retire, remove).", "step"),
 		leader: f.gauge("leader", "1 while this replica holds the leader lease."),
+		clusterRequests: f.counterVec("cluster_requests_total",
+			"Certificate requests by the cluster they came from (the local one, or a configured remote cluster; with --cluster-id only) and result.", "cluster", "result"),
+		remoteReady: f.gaugeVec("remote_cluster_ready",
+			"1 for a configured remote cluster whose pods and service accounts are indexed, 0 while its callers are refused as unavailable.", "cluster"),
 	}
 	m.issued = m.requests.WithLabelValues(server.ResultIssued, "")
 	m.issuedTime = m.issuance.WithLabelValues(server.ResultIssued)
@@ -177,6 +185,20 @@ func (m *Metrics) IstiodCertExpiry(notAfter time.Time) { m.istiodExpiry.Set(floa
 // Rotated records a rotation step (rotation.Observer).
 func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }
 
+// ClusterRequestDone counts a request of a cluster (server.ClusterObserver).
+func (m *Metrics) ClusterRequestDone(cluster, result string) {
+	m.clusterRequests.WithLabelValues(cluster, result).Inc()
+}
+
+// RemoteClusters records the configured remote clusters and whether each
+// is ready (cluster.Observer); a removed cluster's series go.
+func (m *Metrics) RemoteClusters(ready map[string]bool) {
+	m.remoteReady.Reset()
+	for id, ok := range ready {
+		m.remoteReady.WithLabelValues(id).Set(boolf(ok))
+	}
+}
+
 // SetLeader records whether this replica leads.
 func (m *Metrics) SetLeader(leading bool) {
 	if leading {
@@ -211,6 +233,12 @@ func (f factory) counter(name, help string) prometheus.Counter {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Namespace: namespace, Name: name, Help: help})
 	f.reg.MustRegister(c)
 	return c
+}
+
+func (f factory) gaugeVec(name, help string, labels ...string) *prometheus.GaugeVec {
+	g := prometheus.NewGaugeVec(prometheus.GaugeOpts{Namespace: namespace, Name: name, Help: help}, labels)
+	f.reg.MustRegister(g)
+	return g
 }
 
 func (f factory) gauge(name, help string) prometheus.Gauge {

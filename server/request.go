@@ -58,22 +58,6 @@ func seconds(s int64) time.Duration {
 // the cluster they run in (Istio's default: "Kubernetes").
 const ClusterIDKey = "clusterid"
 
-// checkClusterID refuses a request whose clusterid header names a cluster
-// other than want, as istiod does: its token was issued by another
-// cluster's API server, which ours cannot review. An absent header, or an
-// empty want, accepts the request. values are the header's values.
-func checkClusterID(values []string, want string) error {
-	if want == "" {
-		return nil
-	}
-	for _, v := range values {
-		if v != want {
-			return fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, v, want)
-		}
-	}
-	return nil
-}
-
 // bearerToken returns the token of the `Bearer <token>` value of the
 // authorization header. More than one value is refused: which credential
 // the caller meant would be a guess.

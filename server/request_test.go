@@ -1,8 +1,10 @@
 package server
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -142,26 +144,70 @@ func FuzzParseRequest(f *testing.F) {
 	})
 }
 
-func TestCheckClusterID(t *testing.T) {
+// TestClusterOf: the clusterid header picks the cluster whose checks
+// decide the request: the local one, a remote one (only once it is ready),
+// or none.
+func TestClusterOf(t *testing.T) {
+	east := &fakeRemote{}
+	notReady := &fakeRemote{ready: fmt.Errorf("%w: not indexed", authz.ErrUnavailable)}
+	remotes := func(id string) (RemoteCluster, bool) {
+		switch id {
+		case "east":
+			return east, true
+		case "west":
+			return notReady, true
+		}
+		return nil, false
+	}
 	tests := []struct {
-		name   string
-		md     metadata.MD
-		want   string
-		refuse bool
+		name      string
+		md        metadata.MD
+		local     string
+		remote    func(string) (RemoteCluster, bool)
+		want      string // the cluster picked
+		wantAuthn *fakeRemote
+		wantErr   error
 	}{
 		{name: "no cluster configured accepts any", md: metadata.Pairs(ClusterIDKey, "east"), want: ""},
-		{name: "our cluster", md: metadata.Pairs(ClusterIDKey, "Kubernetes"), want: "Kubernetes"},
-		{name: "no header", md: metadata.MD{}, want: "Kubernetes"},
-		{name: "another cluster", md: metadata.Pairs(ClusterIDKey, "east"), want: "Kubernetes", refuse: true},
-		{name: "ours and another", md: metadata.Pairs(ClusterIDKey, "Kubernetes", ClusterIDKey, "east"), want: "Kubernetes", refuse: true},
-		{name: "empty value is another cluster", md: metadata.Pairs(ClusterIDKey, ""), want: "Kubernetes", refuse: true},
+		{name: "our cluster", md: metadata.Pairs(ClusterIDKey, "Kubernetes"), local: "Kubernetes", want: "Kubernetes"},
+		{name: "no header", md: metadata.MD{}, local: "Kubernetes", want: "Kubernetes"},
+		{name: "another cluster", md: metadata.Pairs(ClusterIDKey, "east"), local: "Kubernetes", wantErr: authz.ErrUnauthenticated},
+		{name: "ours and another", md: metadata.Pairs(ClusterIDKey, "Kubernetes", ClusterIDKey, "east"), local: "Kubernetes", wantErr: authz.ErrUnauthenticated},
+		{name: "empty value is another cluster", md: metadata.Pairs(ClusterIDKey, ""), local: "Kubernetes", remote: remotes, wantErr: authz.ErrUnauthenticated},
+		{name: "a remote cluster decides its callers", md: metadata.Pairs(ClusterIDKey, "east"), local: "Kubernetes", remote: remotes, want: "east", wantAuthn: east},
+		{name: "a remote cluster not ready is unavailable", md: metadata.Pairs(ClusterIDKey, "west"), local: "Kubernetes", remote: remotes, want: "west", wantErr: authz.ErrUnavailable},
+		{name: "a cluster neither local nor remote", md: metadata.Pairs(ClusterIDKey, "north"), local: "Kubernetes", remote: remotes, wantErr: authz.ErrUnauthenticated},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := checkClusterID(tt.md.Get(ClusterIDKey), tt.want)
-			if tt.refuse != (err != nil) || (err != nil && !errors.Is(err, authz.ErrUnauthenticated)) {
-				t.Fatalf("checkClusterID() = %v, want refused %v (unauthenticated)", err, tt.refuse)
+			local := &fakeRemote{}
+			s := &Service{authn: local, authz: local, clusterID: tt.local, remote: tt.remote}
+			c, err := s.clusterOf(tt.md.Get(ClusterIDKey))
+			if tt.wantErr != nil {
+				if !errors.Is(err, tt.wantErr) {
+					t.Fatalf("clusterOf() = %v, want %v", err, tt.wantErr)
+				}
+				return
+			}
+			want := tt.wantAuthn
+			if want == nil {
+				want = local
+			}
+			if err != nil || c.id != tt.want || c.authn != Authenticator(want) || c.authz != Authorizer(want) {
+				t.Fatalf("clusterOf() = %q (local checks: %v), %v; want %q", c.id, c.authn == Authenticator(local), err, tt.want)
 			}
 		})
 	}
 }
+
+type fakeRemote struct{ ready error }
+
+func (f *fakeRemote) Authenticate(context.Context, string) (authz.Caller, error) {
+	return authz.Caller{}, nil
+}
+
+func (f *fakeRemote) Authorize(context.Context, authz.Caller, spiffeid.ID) (spiffeid.ID, error) {
+	return spiffeid.ID{}, nil
+}
+
+func (f *fakeRemote) Ready() error { return f.ready }

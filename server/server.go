@@ -36,6 +36,21 @@ type Authorizer interface {
 	Authorize(ctx context.Context, caller authz.Caller, requested spiffeid.ID) (spiffeid.ID, error)
 }
 
+// RemoteCluster authenticates and authorizes the callers of another
+// cluster, from that cluster's API server alone; Ready fails (with
+// authz.ErrUnavailable) while it cannot decide.
+type RemoteCluster interface {
+	Authenticator
+	Authorizer
+	Ready() error
+}
+
+// ClusterObserver is an Observer that is also told the cluster of every
+// request the CA knew the cluster of (Config.ClusterID set).
+type ClusterObserver interface {
+	ClusterRequestDone(cluster, result string)
+}
+
 // Signer issues a certificate for a granted identity.
 type Signer interface {
 	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
@@ -56,8 +71,12 @@ type Config struct {
 	// Ready reports whether the CA can serve (nil: always ready).
 	Ready func() error
 	// ClusterID, if set, refuses requests whose clusterid header names
-	// another cluster (Unauthenticated).
+	// another cluster (Unauthenticated), unless Remote knows that cluster.
 	ClusterID string
+	// Remote, if set, returns the remote cluster a clusterid header names:
+	// its requests are authenticated and authorized by that cluster's
+	// checks alone, never by the local ones. It needs ClusterID.
+	Remote func(id string) (RemoteCluster, bool)
 	// Audit receives one record per decision, issued or refused (default:
 	// Logger). It never sees a token, a key or a CSR.
 	Audit    *slog.Logger
@@ -100,6 +119,7 @@ type Service struct {
 	signer    Signer
 	ready     func() error
 	clusterID string
+	remote    func(string) (RemoteCluster, bool)
 	audit     *slog.Logger
 	obs       Observer
 	clock     clock.PassiveClock
@@ -116,8 +136,11 @@ func NewService(cfg Config) (*Service, error) {
 	if cfg.Authenticator == nil || cfg.Authorizer == nil || cfg.Signer == nil {
 		return nil, errors.New("server: authenticator, authorizer and signer are required")
 	}
+	if cfg.Remote != nil && cfg.ClusterID == "" {
+		return nil, errors.New("server: remote clusters need the local cluster's id")
+	}
 	s := &Service{authn: cfg.Authenticator, authz: cfg.Authorizer, signer: cfg.Signer,
-		ready: cfg.Ready, clusterID: cfg.ClusterID, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock}
+		ready: cfg.Ready, clusterID: cfg.ClusterID, remote: cfg.Remote, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock}
 	if s.ready == nil {
 		s.ready = func() error { return nil }
 	}
@@ -160,6 +183,8 @@ func (s *Service) Queued() int { return int(s.cpu.waiting.Load()) }
 
 // decision is what one request came to, for the log and the audit record.
 type decision struct {
+	// cluster is the caller's cluster, when the CA knows cluster ids.
+	cluster   string
 	caller    authz.Caller
 	requested spiffeid.ID
 	granted   spiffeid.ID
@@ -233,7 +258,9 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if err := s.ready(); err != nil {
 		return errors.Join(errNotReady, err)
 	}
-	if err := checkClusterID(metadata.ValueFromIncomingContext(ctx, ClusterIDKey), s.clusterID); err != nil {
+	cl, err := s.clusterOf(metadata.ValueFromIncomingContext(ctx, ClusterIDKey))
+	d.cluster = cl.id
+	if err != nil {
 		return err
 	}
 	token, err := bearerToken(metadata.ValueFromIncomingContext(ctx, "authorization"))
@@ -246,18 +273,18 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	// learns nothing of its request, and gets no CPU slot for its CSR.
 	requested, reqErr := impersonatedIdentity(req)
 	d.requested = requested
-	if d.caller, err = s.authn.Authenticate(ctx, token); err != nil {
+	if d.caller, err = cl.authn.Authenticate(ctx, token); err != nil {
 		return err
 	}
 	if reqErr != nil {
 		return reqErr
 	}
 	var csr *x509.CertificateRequest
-	flow := flowOf(d.caller)
+	flow := flowOf(cl.id, d.caller)
 	if err := s.cpu.do(ctx, flow, false, func() (err error) { csr, err = ca.ParseCSR([]byte(req.GetCsr())); return err }); err != nil {
 		return err
 	}
-	if d.granted, err = s.authz.Authorize(ctx, d.caller, requested); err != nil {
+	if d.granted, err = cl.authz.Authorize(ctx, d.caller, requested); err != nil {
 		return err
 	}
 	return s.cpu.do(ctx, flow, true, func() (err error) {
@@ -268,15 +295,55 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 
 // flowOf is the share of the signing slots a caller's requests take: its
 // node's (a node agent asks for every workload of its node), or else its
-// pod's or its service account's.
-func flowOf(c authz.Caller) string {
+// pod's or its service account's; in its cluster (node-1 of one cluster
+// is not node-1 of another).
+func flowOf(cluster string, c authz.Caller) string {
 	switch {
 	case c.NodeName != "":
-		return "node/" + c.NodeName
+		return "node/" + cluster + "/" + c.NodeName
 	case c.PodUID != "":
 		return "pod/" + c.PodUID
 	}
-	return "sa/" + c.Namespace + "/" + c.ServiceAccount
+	return "sa/" + cluster + "/" + c.Namespace + "/" + c.ServiceAccount
+}
+
+// cluster is the cluster a request is decided in: its id (when the CA
+// knows cluster ids) and its checks.
+type cluster struct {
+	id    string
+	authn Authenticator
+	authz Authorizer
+}
+
+// clusterOf picks the cluster the clusterid header names: none, or the
+// local id, is the local cluster; a remote cluster's id is that cluster,
+// refused as unavailable until it can decide. Another id is refused as
+// istiod does (its token was issued by an API server this CA cannot ask),
+// unless the CA knows no cluster ids at all, when every request is the
+// local cluster's. values are the header's values; they must agree (an
+// empty value names no cluster this CA serves).
+func (s *Service) clusterOf(values []string) (cluster, error) {
+	local := cluster{id: s.clusterID, authn: s.authn, authz: s.authz}
+	if len(values) == 0 {
+		return local, nil
+	}
+	id := values[0]
+	for _, v := range values[1:] {
+		if v != id {
+			return cluster{}, fmt.Errorf("%w: clusterid headers name clusters %q and %q", authz.ErrUnauthenticated, id, v)
+		}
+	}
+	switch {
+	case id == s.clusterID || s.clusterID == "":
+		return local, nil
+	case s.remote != nil:
+		if rc, ok := s.remote(id); ok {
+			c := cluster{id: id, authn: rc, authz: rc}
+			return c, rc.Ready()
+		}
+		return cluster{}, fmt.Errorf("%w: the client claims cluster %q, which is neither this CA's cluster %q nor a remote cluster it serves", authz.ErrUnauthenticated, id, s.clusterID)
+	}
+	return cluster{}, fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, id, s.clusterID)
 }
 
 // record writes the audit record of a decision and reports it to the
@@ -285,6 +352,9 @@ func flowOf(c authz.Caller) string {
 // an issuance's record, which the caller must not answer without (the
 // observer then hears nothing: the caller records the refusal instead).
 func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) error {
+	if co, ok := s.obs.(ClusterObserver); ok && d.cluster != "" {
+		co.ClusterRequestDone(d.cluster, o.result)
+	}
 	if err != nil && decidesNothing(o) {
 		s.obs.RequestDone(o.result, string(o.reason), took)
 		s.refused.add(refusalKey{caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
@@ -297,6 +367,9 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 		slog.String("pod", d.caller.PodName),
 		slog.String("node", d.caller.NodeName),
 		slog.Float64("took_seconds", took.Seconds()),
+	}
+	if d.cluster != "" {
+		attrs = append(attrs, slog.String("cluster", d.cluster))
 	}
 	if !d.requested.IsZero() {
 		attrs = append(attrs, slog.String("requested", d.requested.String()))

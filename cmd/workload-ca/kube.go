@@ -32,6 +32,8 @@ type kubeClients struct {
 	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
 	// PodCertificateRequests, istiod's certificate Secret.
 	caState, bundles, rootConfigMaps, podCerts, istiodCert kubernetes.Interface
+	// remoteSecrets watches the Secrets of remote clusters.
+	remoteSecrets kubernetes.Interface
 }
 
 // Leader election's own rate limit, independent of --kube-api-qps: a
@@ -89,6 +91,7 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		{"rootconfigmap", &k.rootConfigMaps, qps, burst, false},
 		{"podcert", &k.podCerts, qps, burst, false},
 		{"istiodcert", &k.istiodCert, qps, burst, false},
+		{"remotesecrets", &k.remoteSecrets, qps, burst, false},
 	} {
 		cfg := rest.CopyConfig(base)
 		cfg.UserAgent += " (" + c.work + ")"

@@ -57,11 +57,17 @@ type serveConfig struct {
 	TokenLocal       bool
 	TokenKeysRefresh time.Duration
 	ClusterID        string
-	NodeAgents       []authz.NodeAgent
-	GracePeriod      time.Duration
-	ShutdownDelay    time.Duration
-	MaxConnAge       time.Duration
-	LogLevel         slog.Level
+	// RemoteSecrets watches the Secrets labelled istio/multiCluster=true
+	// in RemoteSecretsNS for remote clusters; RemoteKubeconfigs are more,
+	// by cluster id.
+	RemoteSecrets     bool
+	RemoteSecretsNS   string
+	RemoteKubeconfigs map[string]string
+	NodeAgents        []authz.NodeAgent
+	GracePeriod       time.Duration
+	ShutdownDelay     time.Duration
+	MaxConnAge        time.Duration
+	LogLevel          slog.Level
 	// LogText writes the logs as text (--log-format text) instead of JSON.
 	LogText bool
 
@@ -107,7 +113,7 @@ type serveConfig struct {
 type serveFlagValues struct {
 	c                                                                       serveConfig
 	td, tlsMin, logLevel, logFormat, caSecret, rootNamespaces, verification string
-	dnsNames, audiences, agents, istiodNames                                listFlag
+	dnsNames, audiences, agents, istiodNames, remoteKubeconfigs             listFlag
 }
 
 // serveFlags defines the flags of `workload-ca serve`, in sections: the
@@ -151,6 +157,10 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
 	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "how often the service account issuer's keys are fetched again; a token signed with a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
+	fs.section("Multi-cluster (with --cluster-id)")
+	fs.BoolVar(&c.RemoteSecrets, "remote-cluster-secrets", false, "serve the ztunnels of remote clusters configured by the Secrets labelled istio/multiCluster=true in --remote-cluster-secrets-namespace (istiod's remote secrets: each data key a cluster id, each value its kubeconfig), added, changed and removed without a restart; a request picks its cluster with its clusterid header")
+	fs.StringVar(&c.RemoteSecretsNS, "remote-cluster-secrets-namespace", "", "namespace of the remote cluster Secrets (default: --leader-election-namespace, the CA's own)")
+	fs.Var(&v.remoteKubeconfigs, "remote-kubeconfigs", "comma-separated cluster-id=kubeconfig-file of remote clusters to serve besides those of --remote-cluster-secrets, read at start")
 	fs.section("Authorization")
 	fs.Var(&v.agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.section("Overload and connection limits")
@@ -203,6 +213,8 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.example("istio-root-configmap-namespaces", "istio-injection=enabled")
 	fs.example("istiod-cert-dns-names", "istiod.istio-system.svc,istiod-canary.istio-system.svc")
 	fs.example("max-concurrent-signs", "2")
+	fs.example("remote-kubeconfigs", "east=/etc/remote/east.kubeconfig")
+	fs.example("remote-cluster-secrets-namespace", "istio-system")
 	return fs.done(), v
 }
 
@@ -253,7 +265,7 @@ func (v *serveFlagValues) config() (serveConfig, error) {
 	default:
 		return *c, fmt.Errorf("%w: --token-verification %q: want local or tokenreview", errUsage, v.verification)
 	}
-	err := c.finish(v.td, v.tlsMin, v.logLevel, v.caSecret, v.rootNamespaces, v.agents)
+	err := c.finish(v.td, v.tlsMin, v.logLevel, v.caSecret, v.rootNamespaces, v.agents, v.remoteKubeconfigs)
 	return *c, err
 }
 
@@ -302,6 +314,37 @@ func (c *serveConfig) checkCADir() []error {
 	return []error{fmt.Errorf("--ca-dir: %w", err)}
 }
 
+// finishRemotes checks the remote clusters: they need --cluster-id (a
+// request names its cluster, and the local one must have a name), and
+// each --remote-kubeconfigs entry is id=file, with an id of its own.
+func (c *serveConfig) finishRemotes(entries []string) []error {
+	if !c.RemoteSecrets && len(entries) == 0 {
+		return nil
+	}
+	var errs []error
+	if c.ClusterID == "" {
+		errs = append(errs, errors.New("--remote-cluster-secrets and --remote-kubeconfigs need --cluster-id, the id of this CA's own cluster (e.g. --cluster-id=Kubernetes)"))
+	}
+	if c.RemoteSecretsNS == "" {
+		c.RemoteSecretsNS = c.LeaderElectionNS
+	}
+	c.RemoteKubeconfigs = map[string]string{}
+	for _, e := range entries {
+		id, path, ok := strings.Cut(e, "=")
+		switch {
+		case !ok || id == "" || path == "":
+			errs = append(errs, fmt.Errorf("--remote-kubeconfigs %q: want cluster-id=kubeconfig-file", e))
+		case id == c.ClusterID:
+			errs = append(errs, fmt.Errorf("--remote-kubeconfigs %q: %q is this CA's own --cluster-id", e, id))
+		case c.RemoteKubeconfigs[id] != "":
+			errs = append(errs, fmt.Errorf("--remote-kubeconfigs: cluster %q given twice", id))
+		default:
+			c.RemoteKubeconfigs[id] = path
+		}
+	}
+	return errs
+}
+
 // rotationPolicy is the rotation policy the flags describe; the longest
 // leaf the CA issues bounds how long an old root must stay trusted.
 func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
@@ -314,7 +357,7 @@ func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
 }
 
 // finish parses the remaining string flags and validates the whole.
-func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces string, agents []string) error {
+func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces string, agents, remotes []string) error {
 	var errs []error
 	var err error
 	if c.IstioRootNamespaces, err = labels.Parse(rootNamespaces); err != nil {
@@ -382,6 +425,7 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))
 	}
+	errs = append(errs, c.finishRemotes(remotes)...)
 	if c.PodCertWorkers < 1 {
 		errs = append(errs, errors.New("--pod-certificate-workers must be at least 1"))
 	}

@@ -143,6 +143,15 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "an unknown log format", args: []string{"--ca-dir", "/ca", "--log-format", "xml"}, wantErr: "--log-format"},
 		{name: "a duration without a unit names the flag and an example", args: []string{"--ca-dir", "/ca", "--default-ttl", "5"}, wantErr: "--default-ttl wants a duration, e.g. --default-ttl=24h)"},
 		{name: "a number that is not one", args: []string{"--ca-dir", "/ca", "--max-streams-per-connection", "x"}, wantErr: "--max-streams-per-connection wants a whole number"},
+		{name: "remote clusters", args: []string{"--ca-dir", "/ca", "--cluster-id", "A", "--remote-cluster-secrets", "--remote-kubeconfigs", "B=/b.kubeconfig, C=/c.kubeconfig"},
+			check: func(t *testing.T, c serveConfig) {
+				if !c.RemoteSecrets || c.RemoteSecretsNS != "istio-system" || len(c.RemoteKubeconfigs) != 2 || c.RemoteKubeconfigs["C"] != "/c.kubeconfig" {
+					t.Fatalf("remote clusters: secrets %v in %q, files %v", c.RemoteSecrets, c.RemoteSecretsNS, c.RemoteKubeconfigs)
+				}
+			}},
+		{name: "remote clusters need the local cluster's id", args: []string{"--ca-dir", "/ca", "--remote-cluster-secrets"}, wantErr: "need --cluster-id"},
+		{name: "a remote cluster with the local id", args: []string{"--ca-dir", "/ca", "--cluster-id", "A", "--remote-kubeconfigs", "A=/a"}, wantErr: "is this CA's own --cluster-id"},
+		{name: "a remote cluster without its file", args: []string{"--ca-dir", "/ca", "--cluster-id", "A", "--remote-kubeconfigs", "B"}, wantErr: "want cluster-id=kubeconfig-file"},
 		{name: "a key type no generator makes", args: []string{"--ca-dir", "/ca", "--ca-key-type", "ed25519"}, wantErr: `--ca-key-type: unknown key type "ed25519"`},
 		{name: "a KMS nobody knows", args: []string{"--ca-dir", "/ca", "--ca-key-uri", "bogus:foo"}, wantErr: `--ca-key-uri: unknown KMS "bogus"`},
 		{name: "istiod's certificate in a namespace that cannot be one", args: []string{"--ca-dir", "/ca", "--istiod-cert", "--istiod-namespace", "Istio System"}, wantErr: `--istiod-namespace, --istiod-cert-secret or --istiod-cert-dns-names: namespace "Istio System"`},

@@ -7,7 +7,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/workload-ca/workload-ca/ca"
@@ -47,6 +49,12 @@ func validateServe(ctx context.Context, c serveConfig, stdout io.Writer) error {
 	w.printf("  callers: audiences %s; %s; node agents %v", strings.Join(c.TokenAudiences, ","), verification, c.NodeAgents)
 	if c.ClusterID != "" {
 		w.printf("  only requests for cluster %s", c.ClusterID)
+	}
+	if c.RemoteSecrets {
+		w.printf("  remote clusters: from the Secrets labelled istio/multiCluster=true in namespace %s", c.RemoteSecretsNS)
+	}
+	for _, id := range slices.Sorted(maps.Keys(c.RemoteKubeconfigs)) {
+		w.printf("  remote cluster %s: kubeconfig %s", id, c.RemoteKubeconfigs[id])
 	}
 	w.printf("  leader election: Lease %s/%s", c.LeaderElectionNS, c.LeaderElectionID)
 	for _, task := range leaderTasks(c) {

@@ -18,11 +18,10 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/workload-ca/workload-ca/authz"
-	"github.com/workload-ca/workload-ca/authz/podindex"
-	"github.com/workload-ca/workload-ca/authz/saindex"
+	"github.com/workload-ca/workload-ca/authz/cluster"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
@@ -84,10 +83,10 @@ type app struct {
 	kube      *kubeClients
 	source    *source.Source
 	authority *ca.Authority
-	pods      *podindex.Index
-	// accounts is the service account index the token checks read.
-	accounts  *saindex.Index
-	reviewer  *tokenreview.Reviewer
+	// local checks the callers of this CA's own cluster; remotes, those
+	// of remote clusters (nil: none configured).
+	local     *cluster.Cluster
+	remotes   *cluster.Remotes
 	svc       *server.Service
 	serving   *server.ServingCert
 	readiness *admin.Readiness
@@ -160,7 +159,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	}
 	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
 		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
-		Workers: a.cfg.PodCertWorkers, Pods: a.pods, Accounts: a.accounts})
+		Workers: a.cfg.PodCertWorkers, Pods: a.local.Pods(), Accounts: a.local.Accounts()})
 	if err != nil {
 		return err
 	}
@@ -226,22 +225,36 @@ func (a *app) publisherOptions(obs trust.Observer, name string) trust.Options {
 
 // buildServer wires authentication, authorization and the gRPC server.
 func (a *app) buildServer(ctx context.Context) error {
-	a.pods = podindex.New(podindex.Config{Client: a.kube.pods, Logger: a.log.With("component", "podindex")})
-	reviewer, err := a.authenticator(ctx)
-	if err != nil {
+	var err error
+	if a.local, err = cluster.New(a.clusterConfig(a.cfg.ClusterID, cluster.Clients{
+		Reviews: a.kube.reviews, Pods: a.kube.pods, Accounts: a.kube.accounts}, a.log)); err != nil {
 		return err
 	}
-	policy, err := authz.NewPolicy(authz.PolicyConfig{TrustDomain: a.cfg.TrustDomain, NodeAgents: a.cfg.NodeAgents, Pods: a.pods})
-	if err != nil {
+	// The first requests need not wait for the keys (nor, without them,
+	// go to TokenReviews): a failure is logged, and retried on use.
+	a.local.Prefetch(ctx)
+	if a.cfg.TokenLocal && a.local.Issuer() != "" {
+		a.log.Info("tokens are verified locally", "issuer", a.local.Issuer())
+	}
+	a.add(a.local.Components()...)
+	a.add(component.Component{Name: "ca", Ready: admin.Cached(a.authority.Probe, 10*time.Second, nil)})
+	var remote func(string) (server.RemoteCluster, bool)
+	if err := a.serveRemoteClusters(); err != nil {
 		return err
 	}
-	a.add(component.Component{Name: "pod-index", Run: a.pods.Run, Ready: component.Synced(a.pods.HasSynced)},
-		component.Component{Name: "service-account-index", Ready: component.Synced(a.accounts.HasSynced)},
-		component.Component{Name: "ca", Ready: admin.Cached(a.authority.Probe, 10*time.Second, nil)})
+	if a.remotes != nil {
+		remote = func(id string) (server.RemoteCluster, bool) {
+			if c, ok := a.remotes.Cluster(id); ok {
+				return c, true
+			}
+			return nil, false
+		}
+	}
 	a.readiness = admin.NewReadiness(a.checks()...)
 	a.svc, err = server.NewService(server.Config{
-		Authenticator: reviewer, Authorizer: policy, Signer: a.authority, Logger: a.log, Audit: a.audit,
-		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) }, ClusterID: a.cfg.ClusterID,
+		Authenticator: a.local, Authorizer: a.local, Signer: a.authority, Logger: a.log, Audit: a.audit,
+		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
+		ClusterID: a.cfg.ClusterID, Remote: remote,
 		MaxConcurrentSigns: a.cfg.MaxConcurrentSigns, QueueTimeout: a.cfg.SignQueueTimeout,
 		MaxQueued: a.cfg.MaxQueued, MaxQueuedPerNode: a.cfg.MaxQueuedPerNode,
 	})
@@ -271,46 +284,52 @@ func (a *app) buildServer(ctx context.Context) error {
 	return nil
 }
 
-// authenticator wires token authentication: the issuer's published keys
-// (a token none of them signed is refused without a TokenReview), with
-// --token-verification=local the service account index that lets
-// pod-bound tokens be decided without one, and the TokenReviews for the
-// rest, paced at --kube-api-qps.
-func (a *app) authenticator(ctx context.Context) (*tokenreview.Reviewer, error) {
-	log := a.log.With("component", "tokenreview")
-	rest := a.kube.reviews.Discovery().RESTClient()
-	keysCfg := tokenreview.IssuerKeysConfig{Fetch: tokenreview.JWKSFetcher(rest), MaxAge: a.cfg.TokenKeysRefresh, Logger: log}
-	if a.cfg.TokenLocal {
-		keysCfg.FetchConfiguration = tokenreview.DiscoveryFetcher(rest)
+// clusterConfig is the configuration of the checks of cluster id, whose
+// API server clients reach: the same flags for every cluster, each with
+// its own clients, rate limits, caches and indexes.
+func (a *app) clusterConfig(id string, clients cluster.Clients, log *slog.Logger) cluster.Config {
+	return cluster.Config{ID: id, Clients: clients, TrustDomain: a.cfg.TrustDomain, NodeAgents: a.cfg.NodeAgents,
+		Audiences: a.cfg.TokenAudiences, CacheTTL: a.cfg.TokenCacheTTL, ReviewRate: a.cfg.KubeQPS, ReviewBurst: a.cfg.KubeBurst,
+		Local: a.cfg.TokenLocal, KeysRefresh: a.cfg.TokenKeysRefresh, Observer: a.metrics, Logger: log}
+}
+
+// serveRemoteClusters wires the remote clusters of --remote-kubeconfigs
+// and --remote-cluster-secrets: every replica runs each one's checks.
+func (a *app) serveRemoteClusters() error {
+	if !a.cfg.RemoteSecrets && len(a.cfg.RemoteKubeconfigs) == 0 {
+		return nil
 	}
-	keys, err := tokenreview.NewIssuerKeys(keysCfg)
+	log := a.log.With("component", "remote-clusters")
+	r, err := cluster.NewRemotes(cluster.RemotesConfig{Local: a.cfg.ClusterID, Build: a.buildRemote, Observer: a.metrics, Logger: log})
+	if err != nil {
+		return err
+	}
+	files := map[string][]byte{}
+	for id, path := range a.cfg.RemoteKubeconfigs {
+		if files[id], err = os.ReadFile(path); err != nil { //nolint:gosec // the operator's kubeconfig files
+			return fmt.Errorf("--remote-kubeconfigs: cluster %s: %w", id, err)
+		}
+	}
+	r.Set("--remote-kubeconfigs", files)
+	a.remotes = r
+	a.add(component.Component{Name: "remote-clusters", Run: r.Run})
+	if a.cfg.RemoteSecrets {
+		a.add(component.Component{Name: "remote-cluster-secrets", Run: func(ctx context.Context) error {
+			return cluster.WatchSecrets(ctx, a.kube.remoteSecrets, a.cfg.RemoteSecretsNS, r, log)
+		}})
+	}
+	return nil
+}
+
+// buildRemote wires the checks of remote cluster id, with clients of its
+// own (and the same rate limits as the local cluster's).
+func (a *app) buildRemote(id string, cfg *rest.Config) (*cluster.Cluster, error) {
+	cfg.UserAgent = "workload-ca/" + version + " (cluster " + id + ")"
+	k, err := kubeClientsFor(cfg, float32(a.cfg.KubeQPS), a.cfg.KubeBurst)
 	if err != nil {
 		return nil, err
 	}
-	// Every replica knows each service account's UID, so that a cached
-	// answer stops when its account is deleted or created again.
-	accounts, err := saindex.New(saindex.Config{Client: a.kube.accounts, Logger: a.log.With("component", "saindex")})
-	if err != nil {
-		return nil, err
-	}
-	a.accounts = accounts
-	a.add(component.Component{Name: "service-accounts", Run: accounts.Run}, component.Component{Name: "issuer-keys", Run: keys.Run})
-	// The first requests need not wait for the keys (nor, without them,
-	// go to TokenReviews): a failure is logged, and retried on use.
-	keys.Prefetch(ctx)
-	if a.cfg.TokenLocal && keys.Issuer() != "" {
-		a.log.Info("tokens are verified locally", "issuer", keys.Issuer())
-	}
-	reviewer, err := tokenreview.New(tokenreview.Config{
-		Client: a.kube.reviews.AuthenticationV1(), Audiences: a.cfg.TokenAudiences, MaxCacheTTL: a.cfg.TokenCacheTTL,
-		ReviewRate: a.cfg.KubeQPS, ReviewBurst: a.cfg.KubeBurst,
-		Pods: a.pods, Keys: keys, Accounts: accounts, Local: a.cfg.TokenLocal, Observer: a.metrics, Logger: log,
-	})
-	if err != nil {
-		return nil, err
-	}
-	a.reviewer = reviewer
-	return reviewer, nil
+	return cluster.New(a.clusterConfig(id, cluster.Clients{Reviews: k.reviews, Pods: k.pods, Accounts: k.accounts}, a.log))
 }
 
 // recoverPanic answers a panic that a gRPC handler did not turn into an
@@ -339,13 +358,15 @@ func (a *app) checks() []admin.Check {
 // that lives elsewhere (pod index, CA certificates) at scrape time.
 func (a *app) buildAdmin(context.Context) error {
 	metrics.WatchPodIndex(a.reg, func() metrics.PodIndexStats {
-		s := a.pods.Stats()
-		return metrics.PodIndexStats{Synced: a.pods.HasSynced(), Pods: s.Pods, Nodes: s.Nodes,
+		pods := a.local.Pods()
+		s := pods.Stats()
+		return metrics.PodIndexStats{Synced: pods.HasSynced(), Pods: s.Pods, Nodes: s.Nodes,
 			ServiceAccounts: s.ServiceAccounts, Lookups: s.Lookups, LookupsRefused: s.LookupsRefused}
 	})
 	metrics.WatchAuthn(a.reg, func() metrics.AuthnStats {
-		return metrics.AuthnStats{PendingReviews: a.reviewer.Pending(), QueuedRequests: a.svc.Queued(),
-			Accounts: a.accounts.Len(), AccountsSynced: a.accounts.HasSynced()}
+		accounts := a.local.Accounts()
+		return metrics.AuthnStats{PendingReviews: a.local.Reviewer().Pending(), QueuedRequests: a.svc.Queued(),
+			Accounts: accounts.Len(), AccountsSynced: accounts.HasSynced()}
 	})
 	caState := func() metrics.CAState {
 		st := metrics.CAState{Signing: a.authority.SigningCert(), Roots: a.authority.Roots(),
