@@ -16,7 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -63,6 +65,8 @@ func TestChart(t *testing.T) {
 		{"default values", "wca-chart-default", nil, checkDefaultRender},
 		{"ci/full-values.yaml", "wca-chart-full", []string{"ci/full-values.yaml"}, checkMonitoring},
 		{"ci/plugin-values.yaml", "wca-chart-plugin", []string{"ci/plugin-values.yaml"}, checkPluginRender},
+		{"ci/multicluster-values.yaml", "wca-chart-mc", []string{"ci/multicluster-values.yaml"}, checkMultiClusterRender},
+		{"ci/remote-values.yaml", "wca-chart-remote", []string{"ci/remote-values.yaml"}, checkRemoteRender},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -77,7 +81,9 @@ func TestChart(t *testing.T) {
 					t.Errorf("%s: namespace %q, want the release namespace %q", objName(o), ns, c.ns)
 				}
 			}
-			checkFlags(t, flags, deploymentArgs(t, objs))
+			if !slices.Contains(c.values, "ci/remote-values.yaml") {
+				checkFlags(t, flags, deploymentArgs(t, objs))
+			}
 			if c.check != nil {
 				c.check(t, objs)
 			}
@@ -630,6 +636,45 @@ func flagName(arg string) (string, bool) {
 	}
 	name, _, _ := strings.Cut(strings.TrimPrefix(arg, "--"), "=")
 	return name, true
+}
+
+// checkMultiClusterRender: the CA watches its namespace's remote Secrets,
+// and may list them there, nowhere else.
+func checkMultiClusterRender(t *testing.T, objs []*unstructured.Unstructured) {
+	args := deploymentArgs(t, objs)
+	for _, want := range []string{"--cluster-id=east", "--remote-cluster-secrets", "--remote-cluster-secrets-namespace=wca-chart-mc"} {
+		if !slices.Contains(args, want) {
+			t.Errorf("the Deployment lacks %s: %q", want, args)
+		}
+	}
+	var role rbacv1.Role
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(findIn(t, objs, "Role", "wca-chart-mc").Object, &role); err != nil {
+		t.Fatal(err)
+	}
+	want := rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets"}, Verbs: []string{"list", "watch"}}
+	if !slices.ContainsFunc(role.Rules, func(r rbacv1.PolicyRule) bool { return cmp.Equal(r, want) }) {
+		t.Errorf("the Role has no %v: %v", want, role.Rules)
+	}
+}
+
+// checkRemoteRender: remote mode renders what a remote cluster grants a
+// CA elsewhere, and nothing of the CA.
+func checkRemoteRender(t *testing.T, objs []*unstructured.Unstructured) {
+	var kinds []string
+	for _, o := range objs {
+		kinds = append(kinds, o.GetKind())
+	}
+	slices.Sort(kinds)
+	if want := []string{"ClusterRole", "ClusterRoleBinding", "Secret", "ServiceAccount"}; !slices.Equal(kinds, want) {
+		t.Errorf("remote mode renders %q, want %q", kinds, want)
+	}
+	var cr rbacv1.ClusterRole
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(findObject(t, objs, "ClusterRole").Object, &cr); err != nil {
+		t.Fatal(err)
+	}
+	if d := cmp.Diff(remoteClusterRules, cr.Rules); d != "" {
+		t.Errorf("remote ClusterRole rules (-want +got):\n%s", d)
+	}
 }
 
 // checkTestHooks applies helm test's service account and dry-runs its

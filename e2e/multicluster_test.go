@@ -89,16 +89,21 @@ func TestMultiCluster(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// B's side, as docs/multi-cluster.md says: a service account with
-	// the remote rules, and a kubeconfig with its token for A's Secret.
-	if _, err := b.CreateServiceAccount(ctx, mesh, "workload-ca-remote"); err != nil {
-		t.Fatal(err)
+	// B's side, as docs/multi-cluster.md says: the chart in remote mode
+	// (a service account with the remote rules), and a kubeconfig with its
+	// token for A's Secret.
+	s := suiteFor(t)
+	remoteSA := ""
+	ap := newApplier(t, b.RESTConfig())
+	for _, o := range renderChart(t, helmBinary(t), "wca", mesh, serverVersion(t, s), "ci/remote-values.yaml") {
+		if _, err := ap.apply(ctx, o, false); err != nil {
+			t.Fatalf("apply %s to B: %v", objName(o), err)
+		}
+		if o.GetKind() == "ServiceAccount" {
+			remoteSA = o.GetName()
+		}
 	}
-	if err := b.BindClusterRole(ctx, "workload-ca-remote", remoteClusterRules,
-		rbacv1.Subject{Kind: "ServiceAccount", Namespace: mesh, Name: "workload-ca-remote"}); err != nil {
-		t.Fatal(err)
-	}
-	remoteKubeconfig := remoteKubeconfigOf(t, b, mesh, "workload-ca-remote")
+	remoteKubeconfig := remoteKubeconfigOf(t, b, mesh, remoteSA)
 	remoteSecret := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "istio-remote-secret-b", Namespace: mesh, Labels: map[string]string{"istio/multiCluster": "true"}},
 		Data:       map[string][]byte{"B": remoteKubeconfig},
