@@ -24,6 +24,10 @@ import (
 type Authority struct {
 	cfg   Config
 	state atomic.Pointer[state]
+	// mu orders the writers of state (SetMaterial, SetPeerRoots); peers is
+	// the PEM of the peer roots, appended to every answer's root element.
+	mu    sync.Mutex
+	peers string
 	// tbsBuffers recycles the buffers leaves are encoded in (*[]byte): the
 	// signature and the certificate copy what they need.
 	tbsBuffers sync.Pool
@@ -41,9 +45,11 @@ type state struct {
 	above    []*x509.Certificate
 	abovePEM []string
 	// roots and rootsPEM are the trust bundle; rootsPEM is one string with
-	// every root concatenated, the last element of every chain.
-	roots    []*x509.Certificate
-	rootsPEM string
+	// every root concatenated. answerPEM, the last element of every chain,
+	// is rootsPEM and the peer roots (SetPeerRoots).
+	roots     []*x509.Certificate
+	rootsPEM  string
+	answerPEM string
 }
 
 // New returns an Authority serving m. The material is validated against the
@@ -77,6 +83,9 @@ func (a *Authority) SetMaterial(m *Material) error {
 	if err := a.checkLeafChain(s, m); err != nil {
 		return err
 	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	s.answerPEM = s.rootsPEM + a.peers
 	a.state.Store(s)
 	return nil
 }
@@ -140,6 +149,23 @@ func (a *Authority) checkLeafChain(s *state, m *Material) error {
 		}
 	}
 	return nil
+}
+
+// SetPeerRoots sets the roots of other trust domains (federation) that
+// every answer's root element carries after the CA's own: a peer that
+// verifies with that element then trusts them too. Roots() is unchanged:
+// they are not this CA's.
+func (a *Authority) SetPeerRoots(roots []*x509.Certificate) {
+	var b strings.Builder
+	for _, r := range roots {
+		b.WriteString(encodeCert(r.Raw))
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.peers = b.String()
+	next := *a.state.Load()
+	next.answerPEM = next.rootsPEM + a.peers
+	a.state.Store(&next)
 }
 
 // Roots returns the trust bundle of the active material.

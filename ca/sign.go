@@ -38,7 +38,7 @@ func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 	chain := make([]string, 0, len(s.abovePEM)+2)
 	chain = append(chain, encodeCert(leaf.Raw))
 	chain = append(chain, s.abovePEM...)
-	chain = append(chain, s.rootsPEM)
+	chain = append(chain, s.answerPEM)
 	return &Issued{Cert: leaf, Chain: chain}, nil
 }
 
