@@ -14,8 +14,10 @@
 //
 // token is sent as "authorization: Bearer <token>"; each identity is asked
 // for with ImpersonatedIdentity metadata (ztunnel's shared mode), so the
-// identities should be those of pods on the ztunnel's node. Unknown fields
-// are an error.
+// identities should be those of pods on the ztunnel's node. An optional
+// "clusterId" is sent in the clusterid header (default Kubernetes, Istio's
+// default cluster id): a plan can hold the ztunnels of several clusters.
+// Unknown fields are an error.
 //
 // # Behaviour
 //

@@ -52,6 +52,7 @@ type fakeCA struct {
 	inFlight    map[string]int
 	maxInFlight map[string]int
 	peers       map[string]map[string]bool // token -> peer addresses
+	clusters    map[string]string          // token -> clusterid header
 	issued      map[string]int             // token|identity -> count
 	issuedAt    map[string]time.Time       // identity -> when it was issued last
 	failures    map[string]int
@@ -75,6 +76,10 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *capb.IstioCertifica
 		f.peers[token] = map[string]bool{}
 	}
 	f.peers[token][p.Addr.String()] = true
+	if f.clusters == nil {
+		f.clusters = map[string]string{}
+	}
+	f.clusters[token] = strings.Join(md.Get("clusterid"), ",")
 	fail := f.failures[want] < f.flaky[want]
 	if fail {
 		f.failures[want]++
@@ -164,6 +169,12 @@ func (f *fakeCA) peersOf(token string) []string {
 		out = append(out, a)
 	}
 	return out
+}
+
+func (f *fakeCA) clusterOf(token string) string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.clusters[token]
 }
 
 func (f *fakeCA) issuedCount(token, identity string) int {

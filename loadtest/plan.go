@@ -18,6 +18,9 @@ type Ztunnel struct {
 	Token string `json:"token"`
 	// Identities are the SPIFFE IDs it asks certificates for.
 	Identities []string `json:"identities"`
+	// ClusterID is sent in the clusterid header (ztunnel's CLUSTER_ID);
+	// empty is Istio's default, Kubernetes.
+	ClusterID string `json:"clusterId,omitempty"`
 }
 
 // Plan is the ztunnels of a load test.
@@ -59,6 +62,9 @@ func (p Plan) validate() error {
 	for i, z := range p {
 		if z.Token == "" || strings.ContainsAny(z.Token, " \t\r\n") {
 			return fmt.Errorf("plan: ztunnel %d: token is empty or holds white space", i)
+		}
+		if strings.ContainsAny(z.ClusterID, " \t\r\n") {
+			return fmt.Errorf("plan: ztunnel %d: clusterId holds white space", i)
 		}
 		if len(z.Identities) == 0 {
 			return fmt.Errorf("plan: ztunnel %d: no identities", i)

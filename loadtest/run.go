@@ -292,8 +292,12 @@ func Run(ctx context.Context, cfg Config) (*Summary, error) {
 	stop := context.AfterFunc(r.runCtx, cancelRequests)
 	defer stop()
 	for i, z := range r.zts {
+		cluster := cfg.Plan[i].ClusterID
+		if cluster == "" {
+			cluster = caclient.DefaultClusterID
+		}
 		z.ctx = metadata.AppendToOutgoingContext(reqCtx,
-			"authorization", "Bearer "+cfg.Plan[i].Token, "clusterid", caclient.DefaultClusterID)
+			"authorization", "Bearer "+cfg.Plan[i].Token, "clusterid", cluster)
 	}
 	stopProgress := r.progress()
 	switch {

@@ -313,3 +313,19 @@ func TestRunFailsWhenUnreachable(t *testing.T) {
 		t.Errorf("err = %v, want a connection that is not ready", err)
 	}
 }
+
+func TestRunSendsEachZtunnelsCluster(t *testing.T) {
+	f := &fakeCA{}
+	cfg := startFake(t, f)
+	cfg.Plan = plan(2, 1)
+	cfg.Plan[1].ClusterID = "east"
+	cfg.Warmup, cfg.Duration = 0, 100*time.Millisecond
+	if _, err := Run(context.Background(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	for token, want := range map[string]string{"token-0": "Kubernetes", "token-1": "east"} {
+		if got := f.clusterOf(token); got != want {
+			t.Errorf("%s sent clusterid %q, want %q", token, got, want)
+		}
+	}
+}

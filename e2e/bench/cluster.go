@@ -148,13 +148,19 @@ func listPods(ctx context.Context, cp *controlplane.ControlPlane) (time.Duration
 	return time.Since(began), len(l.Items), nil
 }
 
-// writePlan writes the load generator's plan for the first ztunnels
-// ztunnels of nodes, with the first ids identities of each.
-func writePlan(path string, nodes []node, ztunnels, ids int) error {
+// planOf is the load generator's plan for the first ztunnels ztunnels of
+// nodes, with the first ids identities of each, sending cluster in the
+// clusterid header (empty: the default).
+func planOf(nodes []node, ztunnels, ids int, cluster string) loadtest.Plan {
 	p := make(loadtest.Plan, 0, ztunnels)
 	for _, n := range nodes[:ztunnels] {
-		p = append(p, loadtest.Ztunnel{Token: n.token, Identities: n.identities[:ids]})
+		p = append(p, loadtest.Ztunnel{Token: n.token, Identities: n.identities[:ids], ClusterID: cluster})
 	}
+	return p
+}
+
+// writePlan writes plan p to path.
+func writePlan(path string, p loadtest.Plan) error {
 	b, err := json.Marshal(p)
 	if err != nil {
 		return err

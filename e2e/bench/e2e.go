@@ -18,19 +18,20 @@ import (
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
-// startCA starts `workload-ca serve` in the work dir (the same CA
+// startCA starts `workload-ca serve` (with the extra flags) in the work dir (the same CA
 // material every time) and records how long it took to become ready:
 // cahost's exec→SERVING, and our own poll of /readyz on the admin port.
 // It logs at info level and writes audit records to a file of its own, as
 // a production deployment would, rather than through a pipe to us.
-func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string) (*cahost.CA, error) {
+func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string, extra ...string) (*cahost.CA, error) {
 	ports, err := proc.FreePorts(1)
 	if err != nil {
 		return nil, err
 	}
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
-	args := append([]string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}, b.opts.serveArgs...)
+	args := append([]string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}, extra...)
+	args = append(args, b.opts.serveArgs...)
 	// The storms force collections through pprof, to measure memory.
 	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" || phase != "start" {
 		args = append(args, "--pprof")

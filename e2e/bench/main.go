@@ -20,6 +20,10 @@
 //     retries at once.
 //  4. Pod index at 150,000 pods over 5,000 nodes (podindex benchmarks).
 //  5. Start to ready: process start to gRPC SERVING, and to /readyz.
+//  6. Two clusters: a second kube-apiserver and etcd as a remote cluster
+//     of the CA, and the maximum rate with half the ztunnels in each,
+//     interleaved with runs of all of them in the local one (see
+//     measureTwoClusters).
 //
 // By default the CA and the floor run on one half of the machine's CPUs
 // and the load generator on the other (--placement split; see placement).
@@ -65,6 +69,7 @@ type options struct {
 	keep                           bool
 	strict                         bool
 	placement                      string
+	twoClusterRounds               int
 }
 
 func main() {
@@ -101,6 +106,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
+	fs.IntVar(&o.twoClusterRounds, "two-cluster-rounds", 3, "rounds of the two-cluster comparison (each a one-cluster and a two-cluster run, interleaved); 0 skips it")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -277,16 +283,19 @@ func (b *bench) endToEnd(ctx context.Context) (err error) {
 	b.res.set("pods_in_cluster", listed)
 	b.res.set("pod_list_seconds", list.Seconds())
 	e2ePlan, stormPlan := filepath.Join(b.workDir, "plan-e2e.json"), filepath.Join(b.workDir, "plan-storm.json")
-	if err := writePlan(e2ePlan, fixture, b.opts.ztunnels, b.opts.identities); err != nil {
+	if err := writePlan(e2ePlan, planOf(fixture, b.opts.ztunnels, b.opts.identities, "")); err != nil {
 		return err
 	}
-	if err := writePlan(stormPlan, fixture, b.opts.stormZtunnels, b.opts.stormIdentities); err != nil {
+	if err := writePlan(stormPlan, planOf(fixture, b.opts.stormZtunnels, b.opts.stormIdentities, "")); err != nil {
 		return err
 	}
 
 	var errs []error
 	if !b.opts.stormOnly {
 		errs = append(errs, b.measureRates(ctx, startCtx, cp, e2ePlan))
+	}
+	if !b.opts.stormOnly && b.opts.twoClusterRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measureTwoClusters(ctx, cp, fixture))
 	}
 	if ctx.Err() != nil {
 		return errors.Join(append(errs, ctx.Err())...)
