@@ -99,6 +99,31 @@ func TestIssueServing(t *testing.T) {
 	}
 }
 
+func TestIssueServingSVID(t *testing.T) {
+	now := testNow()
+	root := testca.NewRoot(t, testca.P256)
+	a := newAuthority(t, root.Material(), now)
+	key := testca.NewKey(t, testca.P256)
+	id := spiffeid.RequireFromString("spiffe://cluster.local/workload-ca/bundle-endpoint")
+
+	leaf, _, err := a.IssueServingSVID(context.Background(), key.Public(), id, 0)
+	if err != nil {
+		t.Fatalf("IssueServingSVID: %v", err)
+	}
+	if len(leaf.URIs) != 1 || leaf.URIs[0].String() != id.String() || len(leaf.DNSNames) != 0 || leaf.IsCA {
+		t.Errorf("URIs=%v DNSNames=%v IsCA=%v; want only %s, not a CA", leaf.URIs, leaf.DNSNames, leaf.IsCA, id)
+	}
+	opts := x509.VerifyOptions{Roots: x509.NewCertPool(), CurrentTime: now, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	opts.Roots.AddCert(root.Cert)
+	if _, err := leaf.Verify(opts); err != nil {
+		t.Errorf("SVID does not verify as a TLS server certificate: %v", err)
+	}
+	foreign := spiffeid.RequireFromString("spiffe://other.example/workload-ca")
+	if _, _, err := a.IssueServingSVID(context.Background(), key.Public(), foreign, 0); !errors.Is(err, ca.ErrForeignTrustDomain) {
+		t.Errorf("SVID of another trust domain: %v, want ErrForeignTrustDomain", err)
+	}
+}
+
 // TestIssueServingRefusesNamesAConstraintForbids issues serving
 // certificates under a CA whose DNS name constraints a TLS client would
 // apply to them: refused with the reason, not served to clients that

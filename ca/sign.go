@@ -74,19 +74,29 @@ func (a *Authority) checkRequest(r Request) error {
 // intermediates), ready for a tls.Certificate. The lifetime is clamped like
 // Sign's.
 func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsNames []string, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
-	}
 	if len(dnsNames) == 0 {
 		return nil, nil, errors.New("ca: serving certificate needs at least one DNS name")
 	}
+	return a.issueServing(ctx, &leafSpec{pub: pub, dnsNames: slices.Clone(dnsNames), ttl: a.cfg.clampTTL(ttl), extKeyUsage: servingExtKeyUsage()})
+}
+
+// IssueServingSVID issues an X.509-SVID for id to pub, for one of the CA's
+// own endpoints that SPIFFE peers authenticate by ID (the https_spiffe
+// bundle endpoint profile). It returns what IssueServing returns; id must
+// be in the CA's trust domain.
+func (a *Authority) IssueServingSVID(ctx context.Context, pub crypto.PublicKey, id spiffeid.ID, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error) {
+	if id.TrustDomain() != a.cfg.TrustDomain {
+		return nil, nil, fmt.Errorf("%w: %s", ErrForeignTrustDomain, id)
+	}
+	return a.issueServing(ctx, &leafSpec{pub: pub, id: id, ttl: a.cfg.clampTTL(ttl), extKeyUsage: svidExtKeyUsage()})
+}
+
+func (a *Authority) issueServing(ctx context.Context, spec *leafSpec) (*x509.Certificate, []*x509.Certificate, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
 	s := a.state.Load()
-	leaf, err := a.issue(s, &leafSpec{
-		pub:         pub,
-		dnsNames:    slices.Clone(dnsNames),
-		ttl:         a.cfg.clampTTL(ttl),
-		extKeyUsage: servingExtKeyUsage(),
-	})
+	leaf, err := a.issue(s, spec)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -104,8 +114,8 @@ func (a *Authority) IssueServing(ctx context.Context, pub crypto.PublicKey, dnsN
 // renewal, not per request.
 func (a *Authority) checkServingChain(s *state, leaf *x509.Certificate) error {
 	if _, err := leaf.Verify(verifyOptions(s.roots, s.above, a.cfg.Clock.Now(), x509.ExtKeyUsageServerAuth)); err != nil {
-		return fmt.Errorf("ca: a serving certificate for %v would not verify to the root bundle (a name constraint of a CA above it?): %w",
-			leaf.DNSNames, err)
+		return fmt.Errorf("ca: a serving certificate for %v%v would not verify to the root bundle (a name constraint of a CA above it?): %w",
+			leaf.DNSNames, leaf.URIs, err)
 	}
 	return nil
 }

@@ -14,6 +14,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/utils/clock"
 )
 
@@ -28,10 +29,19 @@ type ServingIssuer interface {
 	SigningCert() *x509.Certificate
 }
 
+// SVIDIssuer issues X.509-SVIDs for the CA's own endpoints; a serving
+// certificate with a SPIFFEID needs its issuer to be one.
+type SVIDIssuer interface {
+	IssueServingSVID(ctx context.Context, pub crypto.PublicKey, id spiffeid.ID, ttl time.Duration) (*x509.Certificate, []*x509.Certificate, error)
+}
+
 // ServingCertConfig configures the serving certificate.
 type ServingCertConfig struct {
-	Issuer   ServingIssuer
+	Issuer ServingIssuer
+	// DNSNames are the names of the certificate; or, with SPIFFEID set
+	// instead, it is that identity's X.509-SVID.
 	DNSNames []string
+	SPIFFEID spiffeid.ID
 	// TTL is the requested lifetime (default 24h). The certificate is renewed
 	// once two thirds of its actual lifetime have passed.
 	TTL time.Duration
@@ -67,8 +77,11 @@ type ServingCert struct {
 // NewServingCert issues the first certificate, so a misconfigured CA fails
 // at start-up rather than on the first handshake.
 func NewServingCert(ctx context.Context, cfg ServingCertConfig) (*ServingCert, error) {
-	if cfg.Issuer == nil || len(cfg.DNSNames) == 0 {
-		return nil, errors.New("serving certificate: issuer and DNS names are required")
+	if cfg.Issuer == nil || len(cfg.DNSNames) == 0 == cfg.SPIFFEID.IsZero() {
+		return nil, errors.New("serving certificate: an issuer, and DNS names or a SPIFFE ID, are required")
+	}
+	if _, ok := cfg.Issuer.(SVIDIssuer); !cfg.SPIFFEID.IsZero() && !ok {
+		return nil, errors.New("serving certificate: the issuer cannot issue SVIDs")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -177,7 +190,13 @@ func (s *ServingCert) issue(ctx context.Context) (*tls.Certificate, *x509.Certif
 	if err != nil {
 		return nil, nil, fmt.Errorf("serving certificate key: %w", err)
 	}
-	leaf, chain, err := s.cfg.Issuer.IssueServing(ctx, key.Public(), s.cfg.DNSNames, s.cfg.TTL)
+	var leaf *x509.Certificate
+	var chain []*x509.Certificate
+	if s.cfg.SPIFFEID.IsZero() {
+		leaf, chain, err = s.cfg.Issuer.IssueServing(ctx, key.Public(), s.cfg.DNSNames, s.cfg.TTL)
+	} else {
+		leaf, chain, err = s.cfg.Issuer.(SVIDIssuer).IssueServingSVID(ctx, key.Public(), s.cfg.SPIFFEID, s.cfg.TTL)
+	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("serving certificate: %w", err)
 	}
