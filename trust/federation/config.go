@@ -1,0 +1,260 @@
+// Package federation joins the CA to other SPIFFE trust domains: it
+// serves our bundle at a SPIFFE bundle endpoint and imports the bundles of
+// the trust domains we federate with, each from its bundle endpoint or a
+// file, keeping the last good bundle when a refresh fails. go-spiffe's
+// federation package speaks the format (SPIFFE Trust Domain and Bundle
+// specification, https_web and https_spiffe profiles).
+//
+// The configuration is a small YAML file (--federation-config); see
+// docs/federation.md.
+package federation
+
+import (
+	"errors"
+	"fmt"
+	"net/url"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+)
+
+// The bundle endpoint profiles of the SPIFFE Trust Domain and Bundle
+// specification.
+const (
+	ProfileWeb    = "https_web"
+	ProfileSPIFFE = "https_spiffe"
+)
+
+// Defaults of the configuration file.
+const (
+	DefaultRefreshHint     = 5 * time.Minute
+	DefaultRefreshInterval = 5 * time.Minute
+	// DefaultEndpointPath is the last segment of the endpoint's SPIFFE ID
+	// under spiffe://<trust domain>/workload-ca/.
+	DefaultEndpointPath = "bundle-endpoint"
+)
+
+// File is the configuration file as written.
+type File struct {
+	// Endpoint serves our bundle; nil: not served.
+	Endpoint *EndpointFile `json:"endpoint,omitempty"`
+	// TrustDomains are the trust domains we import bundles of.
+	TrustDomains []PeerFile `json:"trustDomains,omitempty"`
+}
+
+// EndpointFile is the bundle endpoint we serve.
+type EndpointFile struct {
+	// Address is host:port to listen on.
+	Address string `json:"address"`
+	// Profile is https_web (CertFile and KeyFile, e.g. from cert-manager or
+	// a public CA) or https_spiffe (our own SVID, SPIFFEID).
+	Profile  string `json:"profile"`
+	CertFile string `json:"certFile,omitempty"`
+	KeyFile  string `json:"keyFile,omitempty"`
+	// SPIFFEID is the endpoint's SVID's ID with https_spiffe (default
+	// spiffe://<trust domain>/workload-ca/bundle-endpoint).
+	SPIFFEID string `json:"spiffeID,omitempty"`
+	// RefreshHint is the spiffe_refresh_hint we serve (default 5m).
+	RefreshHint *metav1.Duration `json:"refreshHint,omitempty"`
+}
+
+// PeerFile is one trust domain we import.
+type PeerFile struct {
+	TrustDomain string `json:"trustDomain"`
+	// URL is the trust domain's bundle endpoint (https); empty: the
+	// bundle is BundleFile alone, re-read every RefreshInterval.
+	URL string `json:"url,omitempty"`
+	// Profile is the endpoint's profile: https_web (verified with
+	// WebRootsFile, or the system's roots) or https_spiffe (its SVID
+	// EndpointSPIFFEID, verified with the trust domain's current bundle,
+	// which BundleFile bootstraps).
+	Profile          string `json:"profile,omitempty"`
+	EndpointSPIFFEID string `json:"endpointSPIFFEID,omitempty"`
+	WebRootsFile     string `json:"webRootsFile,omitempty"`
+	// BundleFile is a SPIFFE bundle (JWKS) or PEM roots of the trust
+	// domain.
+	BundleFile string `json:"bundleFile,omitempty"`
+	// RefreshInterval is how often to refresh when the bundle carries no
+	// refresh hint, and the longest wait when it does (default 5m).
+	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+	// Ztunnel appends the trust domain's roots to the root element of
+	// every answer this CA gives its ztunnels (see docs/federation.md
+	// for what that trusts).
+	Ztunnel bool `json:"ztunnel,omitempty"`
+}
+
+// Config is a checked configuration.
+type Config struct {
+	Endpoint *Endpoint
+	Peers    []Peer
+}
+
+// Endpoint is the checked EndpointFile.
+type Endpoint struct {
+	Address           string
+	Profile           string
+	CertFile, KeyFile string
+	SPIFFEID          spiffeid.ID
+	RefreshHint       time.Duration
+}
+
+// Peer is the checked PeerFile.
+type Peer struct {
+	TrustDomain      spiffeid.TrustDomain
+	URL              string
+	Profile          string
+	EndpointSPIFFEID spiffeid.ID
+	WebRootsFile     string
+	BundleFile       string
+	RefreshInterval  time.Duration
+	Ztunnel          bool
+}
+
+// Load reads and checks the configuration file at path for a CA of trust
+// domain own: every problem is reported, with the field it is in.
+func Load(path string, own spiffeid.TrustDomain) (*Config, error) {
+	raw, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return nil, err
+	}
+	var f File
+	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	c, err := f.Check(own)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return c, nil
+}
+
+// Check checks f for a CA of trust domain own.
+func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	c := &Config{}
+	if e := f.Endpoint; e != nil {
+		ep := &Endpoint{Address: e.Address, Profile: e.Profile, CertFile: e.CertFile, KeyFile: e.KeyFile,
+			RefreshHint: durationOr(e.RefreshHint, DefaultRefreshHint)}
+		if e.Address == "" {
+			bad("endpoint.address: required (host:port)")
+		}
+		switch e.Profile {
+		case ProfileWeb:
+			if e.CertFile == "" || e.KeyFile == "" {
+				bad("endpoint: profile https_web needs certFile and keyFile")
+			}
+			if e.SPIFFEID != "" {
+				bad("endpoint.spiffeID: only with profile https_spiffe")
+			}
+		case ProfileSPIFFE:
+			if e.CertFile != "" || e.KeyFile != "" {
+				bad("endpoint: profile https_spiffe serves our own SVID: no certFile or keyFile")
+			}
+			ep.SPIFFEID = spiffeid.RequireFromSegments(own, "workload-ca", DefaultEndpointPath)
+			if e.SPIFFEID != "" {
+				id, err := spiffeid.FromString(e.SPIFFEID)
+				switch {
+				case err != nil:
+					bad("endpoint.spiffeID: %v", err)
+				case id.TrustDomain() != own:
+					bad("endpoint.spiffeID: %s is not in our trust domain %s", id, own)
+				default:
+					ep.SPIFFEID = id
+				}
+			}
+		default:
+			bad("endpoint.profile: %q, want https_web or https_spiffe", e.Profile)
+		}
+		if ep.RefreshHint < time.Second {
+			bad("endpoint.refreshHint: %v, want at least 1s", ep.RefreshHint)
+		}
+		c.Endpoint = ep
+	}
+	seen := map[spiffeid.TrustDomain]bool{}
+	for i, p := range f.TrustDomains {
+		at := fmt.Sprintf("trustDomains[%d]", i)
+		td, err := spiffeid.TrustDomainFromString(p.TrustDomain)
+		switch {
+		case err != nil:
+			bad("%s.trustDomain: %v", at, err)
+			continue
+		case td == own:
+			bad("%s.trustDomain: %s is our own trust domain", at, td)
+			continue
+		case seen[td]:
+			bad("%s.trustDomain: %s is listed twice", at, td)
+			continue
+		}
+		seen[td] = true
+		at = fmt.Sprintf("trustDomains[%d] (%s)", i, td)
+		peer := Peer{TrustDomain: td, URL: p.URL, Profile: p.Profile, WebRootsFile: p.WebRootsFile, BundleFile: p.BundleFile,
+			RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel}
+		errs = append(errs, peer.check(at, p)...)
+		c.Peers = append(c.Peers, peer)
+	}
+	if c.Endpoint == nil && len(c.Peers) == 0 {
+		bad("neither an endpoint nor a trust domain to import")
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// check checks p's source as written in f, and sets EndpointSPIFFEID.
+func (p *Peer) check(at string, f PeerFile) []error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(at+format, args...)) }
+	if p.RefreshInterval < time.Second {
+		bad(".refreshInterval: %v, want at least 1s", p.RefreshInterval)
+	}
+	if p.URL == "" {
+		if p.BundleFile == "" {
+			bad(": needs a url (its bundle endpoint) or a bundleFile")
+		}
+		if p.Profile != "" || f.EndpointSPIFFEID != "" || p.WebRootsFile != "" {
+			bad(": profile, endpointSPIFFEID and webRootsFile need a url")
+		}
+		return errs
+	}
+	if u, err := url.Parse(p.URL); err != nil || u.Scheme != "https" || u.Host == "" {
+		bad(".url: %q, want an https:// URL", p.URL)
+	}
+	switch p.Profile {
+	case ProfileWeb:
+		if f.EndpointSPIFFEID != "" {
+			bad(".endpointSPIFFEID: only with profile https_spiffe")
+		}
+	case ProfileSPIFFE:
+		id, err := spiffeid.FromString(f.EndpointSPIFFEID)
+		switch {
+		case err != nil:
+			bad(".endpointSPIFFEID: %v (required with https_spiffe)", err)
+		case id.TrustDomain() != p.TrustDomain:
+			bad(".endpointSPIFFEID: %s is not in trust domain %s", id, p.TrustDomain)
+		default:
+			p.EndpointSPIFFEID = id
+		}
+		if p.BundleFile == "" {
+			bad(": profile https_spiffe needs a bundleFile, the bundle that authenticates the endpoint the first time")
+		}
+		if p.WebRootsFile != "" {
+			bad(".webRootsFile: only with profile https_web")
+		}
+	default:
+		bad(".profile: %q, want https_web or https_spiffe", p.Profile)
+	}
+	return errs
+}
+
+func durationOr(d *metav1.Duration, def time.Duration) time.Duration {
+	if d == nil {
+		return def
+	}
+	return d.Duration
+}

@@ -1,0 +1,330 @@
+package federation
+
+import (
+	"context"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/federation"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"golang.org/x/sync/errgroup"
+	"k8s.io/utils/clock"
+)
+
+// Retry bounds of a failing refresh: the first retry after minRetry,
+// doubling to the peer's refresh interval.
+const minRetry = time.Second
+
+// ImporterConfig configures an Importer.
+type ImporterConfig struct {
+	Peers []Peer
+	// ZtunnelRoots receives the roots of every peer with Ztunnel set,
+	// each time one of them changes (and once all were first read).
+	ZtunnelRoots func([]*x509.Certificate)
+	Clock        clock.WithTicker
+	Logger       *slog.Logger
+}
+
+// PeerState is what the importer holds of one trust domain, for metrics.
+type PeerState struct {
+	TrustDomain string
+	// Roots is the number of X.509 authorities in the bundle held.
+	Roots int
+	// LastSuccess is when the bundle held was last read or confirmed
+	// (zero: never); FetchErrors counts failed refreshes.
+	LastSuccess time.Time
+	FetchErrors uint64
+}
+
+// Importer keeps the bundles of the trust domains we federate with.
+type Importer struct {
+	cfg   ImporterConfig
+	peers []*peer
+	// notify orders the ZtunnelRoots calls.
+	notify sync.Mutex
+}
+
+// peer is one trust domain's bundle and its refreshes.
+type peer struct {
+	cfg Peer
+
+	mu          sync.Mutex
+	bundle      *spiffebundle.Bundle // last good, nil: none yet
+	lastSuccess time.Time
+	fetchErrors uint64
+	failing     bool // the last refresh failed
+	retry       time.Duration
+}
+
+// NewImporter reads the bundle file of every peer that has one (the
+// bootstrap bundle of an https_spiffe endpoint, or the bundle itself):
+// a file that cannot be read is an error at start.
+func NewImporter(cfg ImporterConfig) (*Importer, error) {
+	if cfg.Clock == nil {
+		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	im := &Importer{cfg: cfg}
+	var errs []error
+	for _, p := range cfg.Peers {
+		pr := &peer{cfg: p}
+		if p.BundleFile != "" {
+			b, err := ReadBundleFile(p.TrustDomain, p.BundleFile)
+			if err != nil {
+				errs = append(errs, fmt.Errorf("trust domain %s: %w", p.TrustDomain, err))
+				continue
+			}
+			pr.bundle = b
+			if p.URL == "" {
+				pr.lastSuccess = cfg.Clock.Now()
+			}
+		}
+		im.peers = append(im.peers, pr)
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	im.publish()
+	return im, nil
+}
+
+// Run refreshes every peer until ctx ends.
+func (im *Importer) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	for _, p := range im.peers {
+		g.Go(func() error {
+			if p.cfg.URL == "" {
+				im.watchFile(ctx, p)
+				return nil
+			}
+			return im.watchEndpoint(ctx, p)
+		})
+	}
+	return g.Wait()
+}
+
+// watchEndpoint refreshes p from its bundle endpoint with go-spiffe's
+// watch (at the refresh hint, at most every RefreshInterval).
+func (im *Importer) watchEndpoint(ctx context.Context, p *peer) error {
+	var opts []federation.FetchOption
+	switch p.cfg.Profile {
+	case ProfileSPIFFE:
+		// Authenticated with the bundle held when the TLS handshake
+		// runs: the bootstrap bundle first, then each one fetched.
+		opts = append(opts, federation.WithSPIFFEAuth(p, p.cfg.EndpointSPIFFEID))
+	case ProfileWeb:
+		if p.cfg.WebRootsFile != "" {
+			pool, err := readPool(p.cfg.WebRootsFile)
+			if err != nil {
+				return fmt.Errorf("trust domain %s: webRootsFile: %w", p.cfg.TrustDomain, err)
+			}
+			opts = append(opts, federation.WithWebPKIRoots(pool))
+		}
+	}
+	w := &watcher{im: im, p: p, ctx: ctx}
+	err := federation.WatchBundle(ctx, p.cfg.TrustDomain, p.cfg.URL, w, opts...)
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
+// watchFile re-reads p's bundle file every RefreshInterval.
+func (im *Importer) watchFile(ctx context.Context, p *peer) {
+	t := im.cfg.Clock.NewTicker(p.cfg.RefreshInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C():
+		}
+		b, err := ReadBundleFile(p.cfg.TrustDomain, p.cfg.BundleFile)
+		if err != nil {
+			im.failed(p, err)
+			continue
+		}
+		im.received(p, b)
+	}
+}
+
+// watcher is go-spiffe's BundleWatcher for one peer.
+type watcher struct {
+	im  *Importer
+	p   *peer
+	ctx context.Context
+	// errored says the fetch just done failed (OnError comes before
+	// NextRefresh; OnUpdate only for a changed bundle).
+	errored bool
+}
+
+func (w *watcher) OnUpdate(b *spiffebundle.Bundle) { w.im.received(w.p, b) }
+
+func (w *watcher) OnError(err error) {
+	if w.ctx.Err() != nil {
+		return
+	}
+	w.errored = true
+	w.im.failed(w.p, err)
+}
+
+// NextRefresh is the refresh hint bounded by the refresh interval, or,
+// after a failure, a back-off from a second up to the interval. A fetch
+// that did not fail has confirmed the bundle held.
+func (w *watcher) NextRefresh(hint time.Duration) time.Duration {
+	p := w.p
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if w.errored {
+		w.errored = false
+		p.retry = min(max(2*p.retry, minRetry), p.cfg.RefreshInterval)
+		return p.retry
+	}
+	p.retry, p.failing, p.lastSuccess = 0, false, w.im.cfg.Clock.Now()
+	if hint <= 0 || hint > p.cfg.RefreshInterval {
+		return p.cfg.RefreshInterval
+	}
+	return max(hint, minRetry)
+}
+
+// received holds b, the bundle just read for p.
+func (im *Importer) received(p *peer, b *spiffebundle.Bundle) {
+	p.mu.Lock()
+	changed := p.bundle == nil || !p.bundle.Equal(b)
+	recovered := p.failing
+	p.bundle, p.failing, p.lastSuccess = b, false, im.cfg.Clock.Now()
+	p.mu.Unlock()
+	if recovered {
+		im.cfg.Logger.Info("federated bundle refreshed after failures", "trust_domain", p.cfg.TrustDomain.String())
+	}
+	if changed {
+		seq, _ := b.SequenceNumber()
+		im.cfg.Logger.Info("federated bundle changed", "trust_domain", p.cfg.TrustDomain.String(),
+			"x509_authorities", len(b.X509Authorities()), "sequence", seq)
+		if p.cfg.Ztunnel {
+			im.publish()
+		}
+	}
+}
+
+// failed counts a failed refresh of p; the bundle held stays.
+func (im *Importer) failed(p *peer, err error) {
+	p.mu.Lock()
+	p.fetchErrors++
+	first := !p.failing
+	p.failing = true
+	held := p.bundle != nil
+	p.mu.Unlock()
+	if first {
+		im.cfg.Logger.Error("federated bundle refresh failed; the last bundle is kept", "trust_domain", p.cfg.TrustDomain.String(),
+			"url", p.cfg.URL, "file", p.cfg.BundleFile, "bundle_held", held, "error", err.Error())
+	}
+}
+
+// publish sends the roots of the ztunnel peers to ZtunnelRoots.
+func (im *Importer) publish() {
+	if im.cfg.ZtunnelRoots == nil {
+		return
+	}
+	im.notify.Lock()
+	defer im.notify.Unlock()
+	im.cfg.ZtunnelRoots(im.ZtunnelRoots())
+}
+
+// ZtunnelRoots returns the roots held of every peer with Ztunnel set.
+func (im *Importer) ZtunnelRoots() []*x509.Certificate {
+	var out []*x509.Certificate
+	for _, p := range im.peers {
+		if !p.cfg.Ztunnel {
+			continue
+		}
+		if b := p.current(); b != nil {
+			out = append(out, b.X509Authorities()...)
+		}
+	}
+	return out
+}
+
+// Bundle returns the bundle held of td.
+func (im *Importer) Bundle(td spiffeid.TrustDomain) (*spiffebundle.Bundle, bool) {
+	for _, p := range im.peers {
+		if p.cfg.TrustDomain == td {
+			b := p.current()
+			return b, b != nil
+		}
+	}
+	return nil, false
+}
+
+// States reports every peer, in configuration order.
+func (im *Importer) States() []PeerState {
+	out := make([]PeerState, 0, len(im.peers))
+	for _, p := range im.peers {
+		p.mu.Lock()
+		s := PeerState{TrustDomain: p.cfg.TrustDomain.String(), LastSuccess: p.lastSuccess, FetchErrors: p.fetchErrors}
+		if p.bundle != nil {
+			s.Roots = len(p.bundle.X509Authorities())
+		}
+		p.mu.Unlock()
+		out = append(out, s)
+	}
+	return out
+}
+
+func (p *peer) current() *spiffebundle.Bundle {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.bundle
+}
+
+// GetX509BundleForTrustDomain is x509bundle.Source, for authenticating
+// p's https_spiffe endpoint with the bundle held.
+func (p *peer) GetX509BundleForTrustDomain(td spiffeid.TrustDomain) (*x509bundle.Bundle, error) {
+	b := p.current()
+	if b == nil || td != p.cfg.TrustDomain {
+		return nil, fmt.Errorf("federation: no bundle of trust domain %s", td)
+	}
+	return b.GetX509BundleForTrustDomain(td)
+}
+
+// ReadBundleFile reads a bundle of td from path: a SPIFFE bundle (JWKS),
+// or PEM certificates as its X.509 authorities.
+func ReadBundleFile(td spiffeid.TrustDomain, path string) (*spiffebundle.Bundle, error) {
+	raw, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return nil, err
+	}
+	if b, err := spiffebundle.Parse(td, raw); err == nil {
+		return b, nil
+	}
+	xb, err := x509bundle.Parse(td, raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: neither a SPIFFE bundle nor PEM certificates: %w", path, err)
+	}
+	if len(xb.X509Authorities()) == 0 {
+		return nil, fmt.Errorf("%s: no certificates", path)
+	}
+	return spiffebundle.FromX509Bundle(xb), nil
+}
+
+func readPool(path string) (*x509.CertPool, error) {
+	raw, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(raw) {
+		return nil, fmt.Errorf("%s: no PEM certificates", path)
+	}
+	return pool, nil
+}
