@@ -154,3 +154,32 @@ citadel_server_root_cert_expiry_timestamp 9000
 		t.Fatal(err)
 	}
 }
+
+// A federated bundle refreshed 90s ago is 90s old; one never fetched has
+// no age and a last success of 0.
+func TestWatchFederation(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	now := time.Unix(10_000, 0)
+	metrics.WatchFederation(reg, func() time.Time { return now }, func() []metrics.FederatedBundle {
+		return []metrics.FederatedBundle{
+			{TrustDomain: "east.example", Roots: 2, LastSuccess: now.Add(-90 * time.Second), FetchErrors: 3},
+			{TrustDomain: "west.example"},
+		}
+	})
+	want := `# HELP workload_ca_federation_bundle_age_seconds Seconds since the bundle held of a federated trust domain was last fetched or read: it rises while its source fails (the last bundle is kept).
+# TYPE workload_ca_federation_bundle_age_seconds gauge
+workload_ca_federation_bundle_age_seconds{trust_domain="east.example"} 90
+# HELP workload_ca_federation_bundle_last_success_timestamp_seconds When the bundle of a federated trust domain was last fetched or read (0: never).
+# TYPE workload_ca_federation_bundle_last_success_timestamp_seconds gauge
+workload_ca_federation_bundle_last_success_timestamp_seconds{trust_domain="east.example"} 9910
+workload_ca_federation_bundle_last_success_timestamp_seconds{trust_domain="west.example"} 0
+# HELP workload_ca_federation_fetch_errors_total Failed refreshes of a federated trust domain's bundle.
+# TYPE workload_ca_federation_fetch_errors_total counter
+workload_ca_federation_fetch_errors_total{trust_domain="east.example"} 3
+workload_ca_federation_fetch_errors_total{trust_domain="west.example"} 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "workload_ca_federation_bundle_age_seconds",
+		"workload_ca_federation_bundle_last_success_timestamp_seconds", "workload_ca_federation_fetch_errors_total"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
+	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
 // serveConfig is the validated configuration of `workload-ca serve`.
@@ -63,11 +64,15 @@ type serveConfig struct {
 	RemoteSecrets     bool
 	RemoteSecretsNS   string
 	RemoteKubeconfigs map[string]string
-	NodeAgents        []authz.NodeAgent
-	GracePeriod       time.Duration
-	ShutdownDelay     time.Duration
-	MaxConnAge        time.Duration
-	LogLevel          slog.Level
+	// FederationConfig is the file of --federation-config, Federation
+	// its checked contents (nil: no federation).
+	FederationConfig string
+	Federation       *federation.Config
+	NodeAgents       []authz.NodeAgent
+	GracePeriod      time.Duration
+	ShutdownDelay    time.Duration
+	MaxConnAge       time.Duration
+	LogLevel         slog.Level
 	// LogText writes the logs as text (--log-format text) instead of JSON.
 	LogText bool
 
@@ -161,6 +166,8 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.BoolVar(&c.RemoteSecrets, "remote-cluster-secrets", false, "serve the ztunnels of remote clusters configured by the Secrets labelled istio/multiCluster=true in --remote-cluster-secrets-namespace (istiod's remote secrets: each data key a cluster id, each value its kubeconfig), added, changed and removed without a restart; a request picks its cluster with its clusterid header")
 	fs.StringVar(&c.RemoteSecretsNS, "remote-cluster-secrets-namespace", "", "namespace of the remote cluster Secrets (default: --leader-election-namespace, the CA's own)")
 	fs.Var(&v.remoteKubeconfigs, "remote-kubeconfigs", "comma-separated cluster-id=kubeconfig-file of remote clusters to serve besides those of --remote-cluster-secrets, read at start")
+	fs.section("Federation")
+	fs.StringVar(&c.FederationConfig, "federation-config", "", "YAML file: a SPIFFE bundle endpoint serving our roots, and the trust domains whose bundles we import (see docs/federation.md)")
 	fs.section("Authorization")
 	fs.Var(&v.agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
 	fs.section("Overload and connection limits")
@@ -215,6 +222,7 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.example("max-concurrent-signs", "2")
 	fs.example("remote-kubeconfigs", "east=/etc/remote/east.kubeconfig")
 	fs.example("remote-cluster-secrets-namespace", "istio-system")
+	fs.example("federation-config", "/etc/workload-ca/federation.yaml")
 	return fs.done(), v
 }
 
@@ -241,7 +249,7 @@ trust distribution and rotation tasks. Exactly one of --ca-dir and
 			"log-format":         {"json", "text"},
 		},
 		dirs:  []string{"ca-dir", "ca-root-dir"},
-		files: []string{"kubeconfig", "audit-log"},
+		files: []string{"kubeconfig", "audit-log", "federation-config"},
 		run:   runServe,
 	}
 }
@@ -426,6 +434,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))
 	}
 	errs = append(errs, c.finishRemotes(remotes)...)
+	if c.FederationConfig != "" && c.TrustDomain != (spiffeid.TrustDomain{}) {
+		if c.Federation, err = federation.Load(c.FederationConfig, c.TrustDomain); err != nil {
+			errs = append(errs, fmt.Errorf("--federation-config: %w", err))
+		}
+	}
 	if c.PodCertWorkers < 1 {
 		errs = append(errs, errors.New("--pod-certificate-workers must be at least 1"))
 	}

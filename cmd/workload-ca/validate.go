@@ -56,6 +56,18 @@ func validateServe(ctx context.Context, c serveConfig, stdout io.Writer) error {
 	for _, id := range slices.Sorted(maps.Keys(c.RemoteKubeconfigs)) {
 		w.printf("  remote cluster %s: kubeconfig %s", id, c.RemoteKubeconfigs[id])
 	}
+	if f := c.Federation; f != nil {
+		if e := f.Endpoint; e != nil {
+			w.printf("  SPIFFE bundle endpoint on %s, profile %s, refresh hint %v", e.Address, e.Profile, e.RefreshHint)
+		}
+		for _, p := range f.Peers {
+			source := "file " + p.BundleFile
+			if p.URL != "" {
+				source = p.URL + " (" + p.Profile + ")"
+			}
+			w.printf("  federated trust domain %s from %s; in the ztunnel answer: %v", p.TrustDomain, source, p.Ztunnel)
+		}
+	}
 	w.printf("  leader election: Lease %s/%s", c.LeaderElectionNS, c.LeaderElectionID)
 	for _, task := range leaderTasks(c) {
 		w.printf("  leader: %s", task)

@@ -115,7 +115,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.buildServer, a.signPodCertificates, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.federate, a.buildServer, a.signPodCertificates, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net"
+	"time"
+
+	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/metrics"
+	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/trust/federation"
+)
+
+// federate wires --federation-config on every replica: the importer of
+// the other trust domains' bundles (the ztunnel ones go to the answer's
+// root element) and our bundle endpoint.
+func (a *app) federate(ctx context.Context) error {
+	fc := a.cfg.Federation
+	if fc == nil {
+		return nil
+	}
+	log := a.log.With("component", "federation")
+	if len(fc.Peers) > 0 {
+		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--federation-config: %w", err)
+		}
+		metrics.WatchFederation(a.reg, time.Now, func() []metrics.FederatedBundle {
+			var out []metrics.FederatedBundle
+			for _, s := range im.States() {
+				out = append(out, metrics.FederatedBundle{TrustDomain: s.TrustDomain, Roots: s.Roots, LastSuccess: s.LastSuccess, FetchErrors: s.FetchErrors})
+			}
+			return out
+		})
+		a.add(component.Component{Name: "federation-import", Run: im.Run})
+	}
+	e := fc.Endpoint
+	if e == nil {
+		return nil
+	}
+	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
+	if e.Profile == federation.ProfileWeb {
+		fcert, err := federation.NewFileCertificate(e.CertFile, e.KeyFile)
+		if err != nil {
+			return fmt.Errorf("--federation-config: endpoint: %w", err)
+		}
+		getCert = fcert.GetCertificate
+	} else {
+		svid, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, SPIFFEID: e.SPIFFEID,
+			TTL: a.cfg.ServingTTL, Logger: log})
+		if err != nil {
+			return fmt.Errorf("--federation-config: endpoint SVID: %w", err)
+		}
+		getCert = svid.GetCertificate
+	}
+	lis, err := net.Listen("tcp", e.Address)
+	if err != nil {
+		return fmt.Errorf("--federation-config: endpoint.address: %w", err)
+	}
+	srv, err := federation.NewServer(federation.ServerConfig{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots,
+		RefreshHint: e.RefreshHint, Listener: lis, GetCertificate: getCert, Logger: log})
+	if err != nil {
+		_ = lis.Close()
+		return err
+	}
+	a.add(component.Component{Name: "federation-endpoint", Run: srv.Run})
+	return nil
+}
