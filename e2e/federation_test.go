@@ -1,0 +1,229 @@
+package e2e_test
+
+import (
+	"context"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
+	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/e2e/cahost"
+	"github.com/workload-ca/workload-ca/e2e/internal/proc"
+	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+// TestFederation runs two CAs of different trust domains on the suite's
+// API server, each serving its bundle and importing the other's over
+// loopback: A (cluster.local) serves https_web with a certificate of a
+// "web" CA and imports B over https_spiffe, bootstrapped with B's first
+// root, into its ztunnels' answer; B (b.example) serves https_spiffe with
+// its own SVID and imports A over https_web, not into its answer. B
+// rotates its root on the fast schedule of the lifecycle tests.
+func TestFederation(t *testing.T) {
+	t.Parallel()
+	fa, fb := newLCFixture(t, "fed-a"), newLCFixture(t, "fed-b")
+	ports, err := proc.FreePorts(2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addrA, addrB := fmt.Sprintf("127.0.0.1:%d", ports[0]), fmt.Sprintf("127.0.0.1:%d", ports[1])
+	dir := t.TempDir()
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+
+	web := testca.NewRoot(t, testca.P256)
+	webKey := testca.NewKey(t, testca.P256)
+	webLeaf := testca.Sign(t, &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "bundle endpoint"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}, web.Cert, webKey.Public(), web.Key)
+	webCert := write("web-cert.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: webLeaf.Raw}))
+	webKeyFile := write("web-key.pem", (&testca.CA{Key: webKey}).KeyPEM(t))
+	webRoots := write("web-roots.pem", web.CertPEM())
+
+	// B's root: 60s long and 25s old, so B prepares its successor at
+	// +5s and signs with it from +25s (5/6).
+	began := time.Now()
+	oldB := fb.seed(t, began.Add(-25*time.Second), began.Add(35*time.Second))
+	bootstrap := write("b-bootstrap.pem", pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: oldB.Raw}))
+	configA := write("a.yaml", fmt.Appendf(nil, `
+endpoint: {address: %q, profile: https_web, certFile: %q, keyFile: %q, refreshHint: 1s}
+trustDomains:
+- trustDomain: b.example
+  url: https://%s/
+  profile: https_spiffe
+  endpointSPIFFEID: spiffe://b.example/workload-ca/bundle-endpoint
+  bundleFile: %q
+  refreshInterval: 2s
+  ztunnel: true
+`, addrA, webCert, webKeyFile, addrB, bootstrap))
+	configB := write("b.yaml", fmt.Appendf(nil, `
+endpoint: {address: %q, profile: https_spiffe, refreshHint: 1s}
+trustDomains:
+- {trustDomain: cluster.local, url: "https://%s/", profile: https_web, webRootsFile: %q, refreshInterval: 2s}
+`, addrB, addrA, webRoots))
+
+	caA := fa.start(t, "--federation-config", configA)
+	caB := fb.start(t, append(slices.Clone(fastRotation), "--trust-domain", "b.example", "--federation-config", configB)...)
+	tokA, tokB := fa.ztunnels(t, 1)[0], fb.ztunnels(t, 1)[0]
+	idA := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	idB := spiffeid.RequireFromString("spiffe://b.example/ns/demo/sa/web")
+	ask := func(ca *cahost.CA, token string, id spiffeid.ID) *caclient.Result {
+		t.Helper()
+		res, err := askCA(t.Context(), ca, token, id)
+		if err != nil {
+			t.Fatalf("ask %s for %s: %v", ca.Addr(), id, err)
+		}
+		return res
+	}
+
+	t.Run("a leaf of B verifies with the roots A gives its ztunnels", func(t *testing.T) {
+		if err := pollUntil(t, lcWait, func() (bool, error) {
+			return holds(ask(caA, tokA, idA).Roots, oldB), nil
+		}); err != nil {
+			t.Fatalf("B's root never reached A's answer: %v", err)
+		}
+		leafB := ask(caB, tokB, idB)
+		if err := verifyWith(leafB, ask(caA, tokA, idA).Roots); err != nil {
+			t.Errorf("B's leaf does not verify with A's answer: %v", err)
+		}
+	})
+	t.Run("without ztunnel, B imports A's bundle but its answer does not carry it", func(t *testing.T) {
+		if err := pollUntil(t, lcWait, func() (bool, error) {
+			s, err := scrapeCA(t.Context(), caB)
+			return err == nil && fedValue(s, "workload_ca_federation_bundle_roots", "cluster.local") >= 1, err
+		}); err != nil {
+			t.Fatalf("B never held A's bundle (https_web): %v", err)
+		}
+		leafA := ask(caA, tokA, idA)
+		if err := verifyWith(leafA, ask(caB, tokB, idB).Roots); err == nil {
+			t.Error("A's leaf verifies with B's answer, which should hold B's own roots only")
+		}
+	})
+	t.Run("A's ztunnels see B's new root before B signs with it", func(t *testing.T) {
+		var seenByA, signedByB time.Time
+		var newB *x509.Certificate
+		err := pollUntil(t, 45*time.Second, func() (bool, error) {
+			now := time.Now()
+			rootsA := ask(caA, tokA, idA).Roots
+			leafB := ask(caB, tokB, idB)
+			for _, r := range rootsA {
+				if newB == nil && !r.Equal(oldB) && !holds(ownRoots(t, caA), r) {
+					newB, seenByA = r, now
+				}
+			}
+			if top := leafB.Chain; len(top) == 0 && leafB.Leaf.CheckSignatureFrom(oldB) != nil ||
+				len(top) > 0 && top[len(top)-1].CheckSignatureFrom(oldB) != nil {
+				signedByB = now
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatalf("B did not start signing with a new root: %v", err)
+		}
+		switch {
+		case newB == nil:
+			t.Fatal("A's answer never carried B's new root")
+		case !seenByA.Before(signedByB):
+			t.Errorf("A's answer carried B's new root at +%v, B signed with it at +%v", seenByA.Sub(began), signedByB.Sub(began))
+		default:
+			t.Logf("B's new root in A's answer at +%v, B signing with it at +%v (%v before)", seenByA.Sub(began).Round(time.Millisecond),
+				signedByB.Sub(began).Round(time.Millisecond), signedByB.Sub(seenByA).Round(time.Millisecond))
+		}
+		if err := verifyWith(ask(caB, tokB, idB), ask(caA, tokA, idA).Roots); err != nil {
+			t.Errorf("B's leaf of the new root does not verify with A's answer: %v", err)
+		}
+	})
+	t.Run("B's endpoint down: A keeps the last bundle and its age rises", func(t *testing.T) {
+		before := ask(caA, tokA, idA).Roots
+		if err := caB.Stop(); err != nil {
+			t.Fatal(err)
+		}
+		age := func() (float64, float64) {
+			s, err := scrapeCA(t.Context(), caA)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return fedValue(s, "workload_ca_federation_bundle_age_seconds", "b.example"),
+				fedValue(s, "workload_ca_federation_fetch_errors_total", "b.example")
+		}
+		age0, errs0 := age()
+		time.Sleep(5 * time.Second)
+		age1, errs1 := age()
+		if age1 < age0+4 || errs1 <= errs0 {
+			t.Errorf("bundle age %.1fs → %.1fs, fetch errors %.0f → %.0f over 5s; want the age up by about 5s and errors counted", age0, age1, errs0, errs1)
+		}
+		if after := ask(caA, tokA, idA).Roots; len(after) != len(before) {
+			t.Errorf("A's answer holds %d roots after B went down, %d before", len(after), len(before))
+		}
+		t.Logf("bundle age %.1fs → %.1fs, fetch errors %.0f → %.0f", age0, age1, errs0, errs1)
+	})
+}
+
+// askCA asks ca for id with token as a ztunnel, verifying the CA with
+// its roots as they are now.
+func askCA(ctx context.Context, ca *cahost.CA, token string, id spiffeid.ID) (*caclient.Result, error) {
+	cfg, err := ca.ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	client, err := caclient.Dial(cfg)
+	if err != nil {
+		return nil, err
+	}
+	defer client.Close()
+	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	return client.CreateCertificate(rctx, caclient.Request{Token: token, Identity: id, Impersonate: true})
+}
+
+// verifyWith verifies res's leaf through its chain with roots only.
+func verifyWith(res *caclient.Result, roots []*x509.Certificate) error {
+	opts := x509.VerifyOptions{Roots: certPool(roots), Intermediates: certPool(res.Chain), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}
+	_, err := res.Leaf.Verify(opts)
+	return err
+}
+
+func holds(roots []*x509.Certificate, c *x509.Certificate) bool {
+	return slices.ContainsFunc(roots, c.Equal)
+}
+
+// fedValue is metric name of trust domain td in s (0 when absent).
+func fedValue(s promserver.Samples, name, td string) float64 {
+	v, _ := s.Sum(name, "trust_domain", td)
+	return v
+}
+
+// ownRoots are the roots in ca's Secret.
+func ownRoots(t *testing.T, ca *cahost.CA) []*x509.Certificate {
+	t.Helper()
+	b, err := ca.RootsPEM(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []*x509.Certificate
+	for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
+		c, err := x509.ParseCertificate(blk.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, c)
+	}
+	return out
+}
