@@ -15,12 +15,14 @@ import (
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/internal/proc"
 	"github.com/workload-ca/workload-ca/e2e/internal/promserver"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
 
 // TestFederation runs two CAs of different trust domains on the suite's
@@ -71,6 +73,7 @@ trustDomains:
   bundleFile: %q
   refreshInterval: 2s
   ztunnel: true
+  clusterTrustBundle: true
 `, addrA, webCert, webKeyFile, addrB, bootstrap))
 	configB := write("b.yaml", fmt.Appendf(nil, `
 endpoint: {address: %q, profile: https_spiffe, refreshHint: 1s}
@@ -113,6 +116,26 @@ trustDomains:
 		leafA := ask(caA, tokA, idA)
 		if err := verifyWith(leafA, ask(caB, tokB, idB).Roots); err == nil {
 			t.Error("A's leaf verifies with B's answer, which should hold B's own roots only")
+		}
+	})
+	t.Run("A publishes its own and B's roots as ClusterTrustBundles with the SPIFFE labels", func(t *testing.T) {
+		bundles := fa.s.cp.Client().CertificatesV1().ClusterTrustBundles()
+		for _, want := range []struct{ peer, rootsOf string }{{"cluster.local", "A"}, {"b.example", "B"}} {
+			sel := clustertrustbundle.LabelSPIFFEPeerTD + "=" + want.peer + "," + clustertrustbundle.LabelSPIFFEWorkloadTD + "=cluster.local," +
+				clustertrustbundle.LabelSPIFFECanarying + "=live," + clustertrustbundle.LabelTrustDomain + "=" + want.peer
+			if err := pollUntil(t, lcWait, func() (bool, error) {
+				l, err := bundles.List(t.Context(), metav1.ListOptions{LabelSelector: sel, FieldSelector: "spec.signerName=" + fa.signer})
+				if err != nil || len(l.Items) != 1 {
+					return false, err
+				}
+				roots := parsePEMCerts(t, l.Items[0].Spec.TrustBundle)
+				if want.rootsOf == "B" {
+					return holds(roots, oldB), nil
+				}
+				return len(roots) > 0 && !holds(roots, oldB), nil
+			}); err != nil {
+				t.Errorf("no bundle of signer %s labelled %s with %s's roots: %v", fa.signer, sel, want.rootsOf, err)
+			}
 		}
 	})
 	t.Run("A's ztunnels see B's new root before B signs with it", func(t *testing.T) {
@@ -217,13 +240,5 @@ func ownRoots(t *testing.T, ca *cahost.CA) []*x509.Certificate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out []*x509.Certificate
-	for blk, rest := pem.Decode(b); blk != nil; blk, rest = pem.Decode(rest) {
-		c, err := x509.ParseCertificate(blk.Bytes)
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, c)
-	}
-	return out
+	return parsePEMCerts(t, string(b))
 }

@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"fmt"
 	"net"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+
 	"github.com/workload-ca/workload-ca/internal/component"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/trust"
+	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
@@ -23,9 +28,30 @@ func (a *app) federate(ctx context.Context) error {
 	}
 	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
-		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log})
+		triggers := map[spiffeid.TrustDomain]func(){}
+		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log,
+			OnChange: func(td spiffeid.TrustDomain) {
+				if t := triggers[td]; t != nil {
+					t()
+				}
+			}})
 		if err != nil {
 			return fmt.Errorf("--federation-config: %w", err)
+		}
+		for _, p := range fc.Peers {
+			if !p.ClusterTrustBundle {
+				continue
+			}
+			name := "trustbundle-" + p.TrustDomain.Name()
+			pub, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
+				PeerTrustDomain: p.TrustDomain, Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
+					Roots: func() []*x509.Certificate { return im.Roots(p.TrustDomain) }, Observer: a.metrics,
+					Logger: a.log.With("component", name)}})
+			if err != nil {
+				return err
+			}
+			triggers[p.TrustDomain] = pub.Trigger
+			a.add(component.Component{Name: name, Leader: true, Run: pub.Run})
 		}
 		metrics.WatchFederation(a.reg, time.Now, func() []metrics.FederatedBundle {
 			var out []metrics.FederatedBundle

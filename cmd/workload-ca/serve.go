@@ -322,6 +322,20 @@ func (c *serveConfig) checkCADir() []error {
 	return []error{fmt.Errorf("--ca-dir: %w", err)}
 }
 
+// federatedBundles are the federated trust domains published as
+// ClusterTrustBundles.
+func (c *serveConfig) federatedBundles() []spiffeid.TrustDomain {
+	var out []spiffeid.TrustDomain
+	if c.Federation != nil {
+		for _, p := range c.Federation.Peers {
+			if p.ClusterTrustBundle {
+				out = append(out, p.TrustDomain)
+			}
+		}
+	}
+	return out
+}
+
 // finishRemotes checks the remote clusters: they need --cluster-id (a
 // request names its cluster, and the local one must have a name), and
 // each --remote-kubeconfigs entry is id=file, with an id of its own.
@@ -437,6 +451,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.FederationConfig != "" && c.TrustDomain != (spiffeid.TrustDomain{}) {
 		if c.Federation, err = federation.Load(c.FederationConfig, c.TrustDomain); err != nil {
 			errs = append(errs, fmt.Errorf("--federation-config: %w", err))
+		}
+		for _, p := range c.federatedBundles() {
+			if !c.PublishTrustBundle {
+				errs = append(errs, fmt.Errorf("--federation-config: trust domain %s: clusterTrustBundle needs --publish-trust-bundle", p))
+			}
 		}
 	}
 	if c.PodCertWorkers < 1 {

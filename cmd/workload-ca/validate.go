@@ -125,6 +125,9 @@ func leaderTasks(c serveConfig) []string {
 		}
 		tasks = append(tasks, t)
 	}
+	for _, td := range c.federatedBundles() {
+		tasks = append(tasks, "ClusterTrustBundles of signer "+c.SignerName+" with the roots of federated trust domain "+td.Name())
+	}
 	if c.IstioRootConfigMap {
 		sel := c.IstioRootNamespaces.String()
 		if sel == "" {

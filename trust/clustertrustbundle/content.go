@@ -25,11 +25,21 @@ const (
 	FieldManager = "workload-ca"
 )
 
-// Labels on every bundle we publish; both must match for a bundle to be ours.
+// Labels on every bundle we publish; all must match for a bundle to be
+// ours. LabelTrustDomain is the trust domain whose roots the bundle holds
+// (ours, or a federated one's); the k8s.spiffe.io labels are those a
+// SPIFFE draft for Kubernetes trust distribution proposes: the trust
+// domain of the workloads the bundle is for (ours), the trust domain its
+// roots vouch for, and the canary stage (live: what workloads should
+// trust now).
 const (
-	LabelManagedBy   = "app.kubernetes.io/managed-by"
-	ManagedBy        = "workload-ca"
-	LabelTrustDomain = "workload-ca.io/trust-domain"
+	LabelManagedBy        = "app.kubernetes.io/managed-by"
+	ManagedBy             = "workload-ca"
+	LabelTrustDomain      = "workload-ca.io/trust-domain"
+	LabelSPIFFEWorkloadTD = "k8s.spiffe.io/workload-trust-domain"
+	LabelSPIFFEPeerTD     = "k8s.spiffe.io/peer-trust-domain"
+	LabelSPIFFECanarying  = "k8s.spiffe.io/canarying"
+	CanaryingLive         = "live"
 )
 
 // maxBundleSize is the apiserver's limit on spec.trustBundle.
@@ -80,9 +90,11 @@ func signerPrefix(signer string) string {
 	return strings.ReplaceAll(signer, "/", ":") + ":"
 }
 
-// ownLabels returns the labels of our bundles in trust domain td.
-func ownLabels(td spiffeid.TrustDomain) map[string]string {
-	return map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: td.Name()}
+// ownLabels returns the labels of the bundles of a CA of trust domain
+// workload holding the roots of trust domain peer (its own: workload).
+func ownLabels(workload, peer spiffeid.TrustDomain) map[string]string {
+	return map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: peer.Name(),
+		LabelSPIFFEWorkloadTD: workload.Name(), LabelSPIFFEPeerTD: peer.Name(), LabelSPIFFECanarying: CanaryingLive}
 }
 
 // validateSignerName checks the form the apiserver requires,

@@ -2,6 +2,7 @@ package clustertrustbundle
 
 import (
 	"crypto/x509"
+	"maps"
 	"testing"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -46,4 +47,11 @@ func bundle(name, signer, content string, labels map[string]string) *certv1.Clus
 func startRun(t *testing.T, p *Publisher) {
 	t.Helper()
 	testwait.Run(t, p.Run)
+}
+
+// merged is a copy of a with the labels of b added.
+func merged(a, b map[string]string) map[string]string {
+	out := maps.Clone(a)
+	maps.Copy(out, b)
+	return out
 }

@@ -1,11 +1,13 @@
 package clustertrustbundle
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"slices"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/internal/rbac"
@@ -21,8 +23,12 @@ type Config struct {
 	// IstioCompatible also publishes IstioBundleName (signer
 	// IstioSignerName), which Istio's charts mount by name.
 	IstioCompatible bool
-	// Options are what every publisher has; TrustDomain is the value of
-	// the LabelTrustDomain label.
+	// PeerTrustDomain, when set, publishes the roots of that federated
+	// trust domain (Options.Roots returns them) for our workloads: the
+	// bundles are labelled with it as LabelTrustDomain and
+	// LabelSPIFFEPeerTD, so a pod selects them apart from our own.
+	PeerTrustDomain spiffeid.TrustDomain
+	// Options are what every publisher has; TrustDomain is ours.
 	trust.Options
 }
 
@@ -49,7 +55,7 @@ func New(cfg Config) (*Publisher, error) {
 	}
 	p := &Publisher{
 		client:  cfg.Client,
-		labels:  ownLabels(opts.TrustDomain),
+		labels:  ownLabels(opts.TrustDomain, cmp.Or(cfg.PeerTrustDomain, opts.TrustDomain)),
 		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName}},
 		opts:    opts,
 		shell:   trust.NewPublisher(kind, opts),
@@ -67,6 +73,9 @@ func (c *Config) check() error {
 	}
 	if c.SignerName == "" {
 		c.SignerName = DefaultSignerName
+	}
+	if c.IstioCompatible && !c.PeerTrustDomain.IsZero() {
+		return errors.New("IstioCompatible publishes our own roots, not a peer trust domain's")
 	}
 	if c.SignerName == IstioSignerName {
 		return fmt.Errorf("SignerName %s is reserved: set IstioCompatible instead", IstioSignerName)

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certv1 "k8s.io/api/certificates/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -42,7 +43,7 @@ func TestReconcile(t *testing.T) {
 	cur := mustContent(t, roots[0], roots[1])
 	old := mustContent(t, roots[0])
 	other := mustContent(t, roots[2])
-	ours := ownLabels(testTD)
+	ours := ownLabels(testTD, testTD)
 	otherTD := map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: "other.org"}
 	want := bundle(hashedName(cur), DefaultSignerName, cur, ours)
 	wantIstio := bundle(IstioBundleName, IstioSignerName, cur, ours)
@@ -71,7 +72,7 @@ func TestReconcile(t *testing.T) {
 			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
 				map[string]string{"team": "x", LabelTrustDomain: "evil.org"})},
 			want: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
-				map[string]string{"team": "x", LabelManagedBy: ManagedBy, LabelTrustDomain: "example.org"})},
+				merged(map[string]string{"team": "x"}, ownLabels(testTD, testTD)))},
 			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "stale owned bundle: deleted after the new one is created",
 			existing: []*certv1.ClusterTrustBundle{bundle(hashedName(old), DefaultSignerName, old, ours)},
@@ -120,6 +121,34 @@ func TestReconcile(t *testing.T) {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// TestReconcilePeerBundle publishes a federated trust domain's roots for
+// our workloads beside our own bundle: labelled with the peer, our own
+// bundle (of the same signer) left alone, a stale peer bundle deleted.
+func TestReconcilePeerBundle(t *testing.T) {
+	roots := testca.RootCerts(t, 3)
+	peer := spiffeid.RequireTrustDomainFromString("east.example")
+	own := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD, testTD))
+	stale := bundle(hashedName(mustContent(t, roots[1])), DefaultSignerName, mustContent(t, roots[1]), ownLabels(testTD, peer))
+	rs := &testca.Roots{}
+	rs.Set(roots[2])
+	client, r := newTestRun(t, Config{PeerTrustDomain: peer, Options: trust.Options{Roots: rs.Get}}, own, stale)
+	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
+		t.Fatal(err)
+	}
+	want := bundle(hashedName(mustContent(t, roots[2])), DefaultSignerName, mustContent(t, roots[2]), ownLabels(testTD, peer))
+	if diff := cmp.Diff(states([]*certv1.ClusterTrustBundle{own, want}), listStates(t, client)); diff != "" {
+		t.Errorf("bundles (-want +got):\n%s", diff)
+	}
+	if got := want.Labels; got[LabelTrustDomain] != "east.example" || got[LabelSPIFFEPeerTD] != "east.example" ||
+		got[LabelSPIFFEWorkloadTD] != testTD.Name() || got[LabelSPIFFECanarying] != CanaryingLive {
+		t.Errorf("peer bundle labels %v", got)
+	}
+	if _, err := New(Config{Client: client, PeerTrustDomain: peer, IstioCompatible: true,
+		Options: trust.Options{TrustDomain: testTD, Roots: rs.Get}}); err == nil {
+		t.Error("a peer publisher with IstioCompatible was accepted")
 	}
 }
 
@@ -175,7 +204,7 @@ func listStates(t *testing.T, client *fake.Clientset) []state {
 // deleted only in the version the cache holds.
 func TestReconcileDeleteUsesPreconditions(t *testing.T) {
 	roots := testca.RootCerts(t, 2)
-	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD))
+	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD, testTD))
 	stale.UID, stale.ResourceVersion = "uid-1", "7"
 	rs := &testca.Roots{}
 	rs.Set(roots[1])
@@ -203,7 +232,7 @@ func TestReconcileRootsReordered(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0], roots[1])
 	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}},
-		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD)))
+		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD, testTD)))
 	rs.Set(roots[1], roots[0], roots[0])
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
 	if err != nil || result != trust.ResultUnchanged || len(testobs.WriteVerbs(client)) != 0 {
@@ -221,7 +250,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
 	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
-	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD))); err != nil {
+	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD, testTD))); err != nil {
 		t.Fatal(err)
 	}
 	deleted := false
@@ -241,7 +270,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	if diff := cmp.Diff([]string{"create", "create"}, testobs.WriteVerbs(client)); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
-	want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
+	want := []state{{name, DefaultSignerName, content, ownLabels(testTD, testTD)}}
 	if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
 		t.Errorf("bundles (-want +got):\n%s", diff)
 	}
@@ -265,7 +294,7 @@ func TestReconcileCacheLag(t *testing.T) {
 			rs := &testca.Roots{}
 			rs.Set(roots[0])
 			client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
-			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD))); err != nil {
+			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD, testTD))); err != nil {
 				t.Fatal(err)
 			}
 			result, err := r.reconcile(context.Background(), DefaultSignerName)
@@ -275,7 +304,7 @@ func TestReconcileCacheLag(t *testing.T) {
 			if diff := cmp.Diff(tc.writes, testobs.WriteVerbs(client)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			want := []state{{name, DefaultSignerName, content, ownLabels(testTD)}}
+			want := []state{{name, DefaultSignerName, content, ownLabels(testTD, testTD)}}
 			if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
 				t.Errorf("bundles (-want +got):\n%s", diff)
 			}
@@ -295,7 +324,7 @@ func TestReconcileContested(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	var logs bytes.Buffer
 	client, r := newTestRun(t, Config{IstioCompatible: true, Options: trust.Options{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))}},
-		bundle(IstioBundleName, IstioSignerName, ours, ownLabels(testTD)))
+		bundle(IstioBundleName, IstioSignerName, ours, ownLabels(testTD, testTD)))
 	ctx := context.Background()
 	bundles := client.CertificatesV1().ClusterTrustBundles()
 	reconcile := func(want string) {

@@ -85,6 +85,10 @@ type PeerFile struct {
 	// every answer this CA gives its ztunnels (see docs/federation.md
 	// for what that trusts).
 	Ztunnel bool `json:"ztunnel,omitempty"`
+	// ClusterTrustBundle publishes the trust domain's roots as
+	// ClusterTrustBundles of our signer labelled with it, for pods to
+	// mount (the leader publishes, as it does our own).
+	ClusterTrustBundle bool `json:"clusterTrustBundle,omitempty"`
 }
 
 // Config is a checked configuration.
@@ -104,14 +108,15 @@ type Endpoint struct {
 
 // Peer is the checked PeerFile.
 type Peer struct {
-	TrustDomain      spiffeid.TrustDomain
-	URL              string
-	Profile          string
-	EndpointSPIFFEID spiffeid.ID
-	WebRootsFile     string
-	BundleFile       string
-	RefreshInterval  time.Duration
-	Ztunnel          bool
+	TrustDomain        spiffeid.TrustDomain
+	URL                string
+	Profile            string
+	EndpointSPIFFEID   spiffeid.ID
+	WebRootsFile       string
+	BundleFile         string
+	RefreshInterval    time.Duration
+	Ztunnel            bool
+	ClusterTrustBundle bool
 }
 
 // Load reads and checks the configuration file at path for a CA of trust
@@ -193,7 +198,8 @@ func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
 		seen[td] = true
 		at = fmt.Sprintf("trustDomains[%d] (%s)", i, td)
 		peer := Peer{TrustDomain: td, URL: p.URL, Profile: p.Profile, WebRootsFile: p.WebRootsFile, BundleFile: p.BundleFile,
-			RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel}
+			RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel,
+			ClusterTrustBundle: p.ClusterTrustBundle}
 		errs = append(errs, peer.check(at, p)...)
 		c.Peers = append(c.Peers, peer)
 	}

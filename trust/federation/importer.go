@@ -29,8 +29,10 @@ type ImporterConfig struct {
 	// ZtunnelRoots receives the roots of every peer with Ztunnel set,
 	// each time one of them changes (and once all were first read).
 	ZtunnelRoots func([]*x509.Certificate)
-	Clock        clock.WithTicker
-	Logger       *slog.Logger
+	// OnChange is called with a trust domain whose bundle changed.
+	OnChange func(spiffeid.TrustDomain)
+	Clock    clock.WithTicker
+	Logger   *slog.Logger
 }
 
 // PeerState is what the importer holds of one trust domain, for metrics.
@@ -214,6 +216,9 @@ func (im *Importer) received(p *peer, b *spiffebundle.Bundle) {
 		if p.cfg.Ztunnel {
 			im.publish()
 		}
+		if im.cfg.OnChange != nil {
+			im.cfg.OnChange(p.cfg.TrustDomain)
+		}
 	}
 }
 
@@ -253,6 +258,14 @@ func (im *Importer) ZtunnelRoots() []*x509.Certificate {
 		}
 	}
 	return out
+}
+
+// Roots returns the X.509 authorities held of td (nil: none).
+func (im *Importer) Roots(td spiffeid.TrustDomain) []*x509.Certificate {
+	if b, ok := im.Bundle(td); ok {
+		return b.X509Authorities()
+	}
+	return nil
 }
 
 // Bundle returns the bundle held of td.
