@@ -126,6 +126,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		serving  = "workload_ca_serving_cert_expiry_timestamp_seconds"
 		istiod   = "workload_ca_istiod_cert_expiry_timestamp_seconds"
 		nextStep = "workload_ca_rotation_next_step_timestamp_seconds"
+		fedAge   = "workload_ca_federation_bundle_age_seconds"
+		fedLast  = "workload_ca_federation_bundle_last_success_timestamp_seconds"
 		year     = "31536000x180"
 	)
 	type alert struct {
@@ -167,7 +169,11 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(rootCMs, `pod="p0",result="unchanged"`, "0+100x180"),
 		series(nextStep, `pod="p0",step="activate"`, "0x180"), // due at t=0, never taken
 		series(nextStep, `pod="p1",step="activate"`, "0x180"),
+		series(fedAge, `pod="p0",trust_domain="east.example.org"`, "0+60x180"), // never refreshed since t=0
+		series(fedLast, `pod="p0",trust_domain="east.example.org"`, "1x180"),
 	}, Alerts: []alertTest{
+		at("WorkloadCAFederatedBundleStale", alert{nsLabels("severity", "warning", "trust_domain", "east.example.org"),
+			expect("WorkloadCAFederatedBundleStale", "{{ $labels.trust_domain }}", "east.example.org")}),
 		at("WorkloadCARotationStuck", alert{nsLabels("severity", "warning", "step", "activate"),
 			expect("WorkloadCARotationStuck", "{{ $labels.step }}", "activate", "{{ $value | humanizeDuration }}", "2h 0m 0s")}),
 		at("WorkloadCARootExpiringSoon", alert{nsLabels("severity", "warning"),
@@ -203,6 +209,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(istiod, `pod="p1"`, "0x180"), // never led
 		series(nextStep, `pod="p0",step="prepare"`, year),
 		series(nextStep, `pod="p1",step="prepare"`, year),
+		series(fedAge, `pod="p0",trust_domain="east.example.org"`, "60x180"),
+		series(fedLast, `pod="p0",trust_domain="east.example.org"`, "1x180"),
 	}}
 	for name := range annotations {
 		healthy.Alerts = append(healthy.Alerts, at(name))
