@@ -1,6 +1,11 @@
 package podcert
 
 import (
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
@@ -54,20 +59,28 @@ func deny(reason, format string, args ...any) decision {
 // with user annotations (it understands none, and Kubernetes asks signers
 // to refuse what they do not understand) and keys the CA does not issue
 // to.
-func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision {
+func decide(it *item, td spiffeid.TrustDomain) decision {
+	pcr := it.PodCertificateRequest
 	if n := len(pcr.Spec.UnverifiedUserAnnotations); n > 0 {
 		return deny(ReasonInvalidUserAnnotations, "this signer understands no unverifiedUserAnnotations; %d given", n)
 	}
-	stub, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
-	if err != nil {
-		return deny(ReasonInvalidRequest, "stubPKCS10Request does not parse: %v", err)
-	}
-	if err := ca.CheckPublicKey(stub.PublicKey); err != nil {
-		return deny(ReasonUnsupportedKeyType, "%v; use %s", err, supportedKeyTypes)
-	}
-	csr, err := ca.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: pcr.Spec.StubPKCS10Request}))
-	if err != nil {
-		return deny(ReasonInvalidRequest, "%v", err)
+	var csr *x509.CertificateRequest
+	if len(pcr.Spec.StubPKCS10Request) == 0 && len(it.pkixPublicKey) > 0 {
+		var d decision
+		if csr, d = legacyKey(it); d.reason != "" {
+			return d
+		}
+	} else {
+		stub, err := x509.ParseCertificateRequest(pcr.Spec.StubPKCS10Request)
+		if err != nil {
+			return deny(ReasonInvalidRequest, "stubPKCS10Request does not parse: %v", err)
+		}
+		if err := ca.CheckPublicKey(stub.PublicKey); err != nil {
+			return deny(ReasonUnsupportedKeyType, "%v; use %s", err, supportedKeyTypes)
+		}
+		if csr, err = ca.ParseCSR(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE REQUEST", Bytes: pcr.Spec.StubPKCS10Request})); err != nil {
+			return deny(ReasonInvalidRequest, "%v", err)
+		}
 	}
 	id, err := authz.WorkloadID(td, pcr.Namespace, pcr.Spec.ServiceAccountName)
 	if err != nil {
@@ -80,6 +93,35 @@ func decide(pcr *certv1.PodCertificateRequest, td spiffeid.TrustDomain) decision
 	// The lifetime asked for is the request's, not the CA's default TTL
 	// (which may be under the hour Kubernetes requires).
 	return decision{req: ca.Request{CSR: csr, ID: id, TTL: maxValidity, MaxValidity: maxValidity}}
+}
+
+// legacyKey is the key of a v1beta1 request in its deprecated form (a
+// 1.35 kubelet's): a PKIX public key, and a proof of possession, the
+// key's signature of the pod's UID, which the API server verified at
+// creation and decide verifies again, as it does a stub CSR's signature.
+// The certificate request it returns holds only the key.
+func legacyKey(it *item) (*x509.CertificateRequest, decision) {
+	pub, err := x509.ParsePKIXPublicKey(it.pkixPublicKey)
+	if err != nil {
+		return nil, deny(ReasonInvalidRequest, "pkixPublicKey does not parse: %v", err)
+	}
+	if err := ca.CheckPublicKey(pub); err != nil {
+		return nil, deny(ReasonUnsupportedKeyType, "%v; use %s", err, supportedKeyTypes)
+	}
+	sum := sha256.Sum256([]byte(it.Spec.PodUID))
+	var ok bool
+	switch k := pub.(type) {
+	case *ecdsa.PublicKey:
+		ok = ecdsa.VerifyASN1(k, sum[:], it.proofOfPossession)
+	case *rsa.PublicKey:
+		ok = rsa.VerifyPSS(k, crypto.SHA256, sum[:], it.proofOfPossession, nil) == nil
+	case ed25519.PublicKey:
+		ok = ed25519.Verify(k, []byte(it.Spec.PodUID), it.proofOfPossession)
+	}
+	if !ok {
+		return nil, deny(ReasonInvalidRequest, "proofOfPossession is not the key's signature of the pod's UID")
+	}
+	return &x509.CertificateRequest{PublicKey: pub}, decision{}
 }
 
 // refreshAt is when the kubelet should start renewing a certificate valid

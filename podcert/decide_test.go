@@ -65,7 +65,7 @@ func TestDecide(t *testing.T) {
 			if tt.edit != nil {
 				tt.edit(pcr)
 			}
-			d := decide(pcr, testTD)
+			d := decide(&item{PodCertificateRequest: pcr}, testTD)
 			if d.reason != tt.wantReason {
 				t.Fatalf("reason %q (%s), want %q", d.reason, d.msg, tt.wantReason)
 			}
@@ -112,7 +112,7 @@ func FuzzDecide(f *testing.F) {
 		pcr := &certv1.PodCertificateRequest{}
 		pcr.Namespace, pcr.Spec.ServiceAccountName, pcr.Spec.StubPKCS10Request = ns, sa, stub
 		pcr.Spec.MaxExpirationSeconds = &maxExpiration
-		d := decide(pcr, testTD)
+		d := decide(&item{PodCertificateRequest: pcr}, testTD)
 		if d.reason != "" {
 			return
 		}

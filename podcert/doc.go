@@ -9,4 +9,10 @@
 // checked against the pod and its node. Requests for other signers are
 // not watched. It runs on the leader only, as the CA's other writers do;
 // it does not publish roots.
+//
+// Requests are read and written in certificates.k8s.io/v1 (Kubernetes
+// 1.37) or, where only that is served, v1beta1 (1.35 and 1.36): discovery
+// decides when Run starts. A v1beta1 request may carry a 1.35 kubelet's
+// key form (a PKIX public key and a proof of possession over the pod's
+// UID) instead of a stub CSR; both are decided alike.
 package podcert

@@ -77,6 +77,10 @@ type Config struct {
 	// fields; the indexes show what the cluster runs.
 	Pods     Pods
 	Accounts Accounts
+	// APIVersion is the version of certificates.k8s.io to use, APIv1 or
+	// APIv1beta1; empty: v1 if the API server serves it, else v1beta1
+	// (discovery, when Run starts).
+	APIVersion string
 }
 
 // Pods tells where a live pod runs; *podindex.Index is one.
@@ -92,6 +96,9 @@ type Accounts interface {
 // Controller signs the PodCertificateRequests of one signer name.
 type Controller struct {
 	cfg Config
+	// api is the version requests are read and written in: v1 until Run
+	// has chosen.
+	api *requestAPI
 }
 
 // New checks cfg and returns a controller; nothing runs yet.
@@ -117,7 +124,12 @@ func New(cfg Config) (*Controller, error) {
 	if cfg.Resync <= 0 {
 		cfg.Resync = 10 * time.Minute
 	}
-	return &Controller{cfg: cfg}, nil
+	switch cfg.APIVersion {
+	case "", APIv1, APIv1beta1:
+	default:
+		return nil, fmt.Errorf("podcert: APIVersion %q: want v1, v1beta1 or empty", cfg.APIVersion)
+	}
+	return &Controller{cfg: cfg, api: v1API(cfg.Client)}, nil
 }
 
 type nopObserver struct{}
@@ -129,15 +141,20 @@ func (c *Controller) Run(ctx context.Context) error {
 	if err := rbac.Check(ctx, c.cfg.Client, permissions(c.cfg.SignerName)...); err != nil {
 		return fmt.Errorf("podcert: %w", err)
 	}
-	c.cfg.Logger.InfoContext(ctx, "signing PodCertificateRequests", "signer", c.cfg.SignerName)
+	api, err := detectAPI(ctx, c.cfg.Client, c.cfg.APIVersion)
+	if err != nil {
+		return err
+	}
+	c.api = api
+	c.cfg.Logger.InfoContext(ctx, "signing PodCertificateRequests", "signer", c.cfg.SignerName, "api", "certificates.k8s.io/"+api.version)
 	queue := workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 		workqueue.TypedRateLimitingQueueConfig[string]{Clock: c.cfg.Clock})
 	logger := logr.FromSlogHandler(c.cfg.Logger.Handler())
 	// spec.signerName is a supported field selector, and immutable.
 	store, informer := cache.NewInformerWithOptions(cache.InformerOptions{
-		ListerWatcher: cache.NewListWatchFromClient(c.cfg.Client.CertificatesV1().RESTClient(), "podcertificaterequests",
+		ListerWatcher: cache.NewListWatchFromClient(api.rest, "podcertificaterequests",
 			metav1.NamespaceAll, fields.OneTermEqualSelector("spec.signerName", c.cfg.SignerName)),
-		ObjectType: &certv1.PodCertificateRequest{},
+		ObjectType: api.object,
 		Handler: cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { enqueue(queue, obj) },
 			UpdateFunc: func(_, obj any) { enqueue(queue, obj) },
@@ -173,11 +190,12 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 	if err != nil || !ok {
 		return err // gone: nothing to do
 	}
-	pcr, ok := obj.(*certv1.PodCertificateRequest)
-	if !ok || decided(pcr) || pcr.Spec.SignerName != c.cfg.SignerName {
+	it, ok := c.api.toItem(obj)
+	if !ok || decided(it.PodCertificateRequest) || it.Spec.SignerName != c.cfg.SignerName {
 		return nil
 	}
-	d := decide(pcr, c.cfg.TrustDomain)
+	pcr := it.PodCertificateRequest
+	d := decide(it, c.cfg.TrustDomain)
 	if d.reason == "" {
 		var err error
 		if d, err = c.checkRequester(ctx, pcr, d); err != nil {
@@ -186,7 +204,7 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		}
 	}
 	if d.reason != "" {
-		return c.finish(ctx, pcr, d, nil)
+		return c.finish(ctx, it, d, nil)
 	}
 	if sc := c.cfg.Signer.SigningCert(); sc.NotAfter.Sub(c.cfg.Clock.Now()) < minValidity {
 		// Checked before signing too, so that no retry signs in vain.
@@ -197,7 +215,7 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 	issued, err := c.cfg.Signer.Sign(ctx, d.req)
 	switch {
 	case errors.Is(err, ca.ErrInvalidCSR):
-		return c.finish(ctx, pcr, deny(ReasonInvalidRequest, "%v", err), nil)
+		return c.finish(ctx, it, deny(ReasonInvalidRequest, "%v", err), nil)
 	case err != nil:
 		// The CA's own failure (not ready, say): retried with backoff.
 		c.cfg.Observer.PodCertificate(ResultFailed)
@@ -210,7 +228,7 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		return fmt.Errorf("sign PodCertificateRequest %s: the certificate the CA issues ends at %s, within the hour Kubernetes requires (is the signing certificate about to expire?)",
 			key, issued.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	return c.finish(ctx, pcr, d, issued)
+	return c.finish(ctx, it, d, issued)
 }
 
 // checkRequester holds a request to what the cluster runs (see
@@ -259,9 +277,10 @@ func decided(pcr *certv1.PodCertificateRequest) bool {
 
 // finish writes the decision to the request's status: the certificate
 // (issued non-nil) or a denial. It audits and counts what it wrote.
-func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateRequest, d decision, issued *ca.Issued) error {
+func (c *Controller) finish(ctx context.Context, it *item, d decision, issued *ca.Issued) error {
+	pcr := it.PodCertificateRequest
 	now := metav1.NewTime(c.cfg.Clock.Now())
-	upd := pcr.DeepCopy()
+	upd := &item{PodCertificateRequest: pcr.DeepCopy(), pkixPublicKey: it.pkixPublicKey, proofOfPossession: it.proofOfPossession}
 	cond := metav1.Condition{Status: metav1.ConditionTrue, LastTransitionTime: now, ObservedGeneration: pcr.Generation}
 	result := ResultIssued
 	if issued == nil {
@@ -277,7 +296,7 @@ func (c *Controller) finish(ctx context.Context, pcr *certv1.PodCertificateReque
 		upd.Status.NotBefore, upd.Status.NotAfter, upd.Status.BeginRefreshAt = &nb, &na, &refresh
 	}
 	upd.Status.Conditions = append(upd.Status.Conditions, cond)
-	_, err := c.cfg.Client.CertificatesV1().PodCertificateRequests(pcr.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	err := c.api.updateStatus(ctx, upd)
 	switch {
 	case apierrors.IsNotFound(err):
 		return nil // the pod is gone, and its request with it

@@ -6,6 +6,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
 	"log/slog"
@@ -21,6 +22,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"go.step.sm/crypto/pemutil"
 	certv1 "k8s.io/api/certificates/v1"
+	certv1beta1 "k8s.io/api/certificates/v1beta1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -274,5 +276,74 @@ func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Aut
 	}
 	if got := strings.Count(audit.String(), `"msg":"pod certificate issued"`); got != n || signing.calls.Load() != n {
 		t.Errorf("%d issue records and %d signatures for %d requests, want one each", got, signing.calls.Load(), n)
+	}
+}
+
+// TestE2EV1beta1 signs requests in certificates.k8s.io/v1beta1, the only
+// version Kubernetes 1.35 and 1.36 serve, against a real kube-apiserver
+// serving it (1.37 with v1beta1 enabled beside v1, which its own
+// controllers need): a request with a stub CSR and one in the deprecated
+// form of a 1.35 kubelet (a PKIX public key and a proof of possession)
+// are both issued, and read back in v1beta1.
+func TestE2EV1beta1(t *testing.T) {
+	cp := controlplane.StartForTest(t, controlplane.Options{ExtraAPIServerFlags: map[string]string{
+		"runtime-config": "certificates.k8s.io/v1beta1/podcertificaterequests=true",
+	}})
+	if _, err := cp.CreateNamespace(t.Context(), "apps"); err != nil {
+		t.Fatal(err)
+	}
+	root := testca.NewRoot(t, testca.P256)
+	authority, err := ca.New(ca.Config{TrustDomain: testTD}, root.Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcrs := cp.Client().CertificatesV1beta1().PodCertificateRequests("apps")
+	stubbed := toV1beta1(&item{PodCertificateRequest: newPCR(t, "apps", "stub", "web-sa", testSigner, key, 3600)})
+	legacy := toV1beta1(&item{PodCertificateRequest: newPCR(t, "apps", "legacy", "web-sa", testSigner, key, 3600)})
+	legacy.Spec.StubPKCS10Request = nil
+	if legacy.Spec.PKIXPublicKey, err = x509.MarshalPKIXPublicKey(key.Public()); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(legacy.Spec.PodUID))
+	if legacy.Spec.ProofOfPossession, err = ecdsa.SignASN1(rand.Reader, key, sum[:]); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*certv1beta1.PodCertificateRequest{stubbed, legacy} {
+		p.TypeMeta = metav1.TypeMeta{}
+		if _, err := pcrs.Create(t.Context(), p, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create %s in v1beta1: %v", p.Name, err)
+		}
+	}
+
+	client := grantSigner(t, cp, "podcert-signer-v1beta1", testSigner)
+	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: authority,
+		Logger: testlog.New(t), APIVersion: APIv1beta1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, c.Run)
+	for _, name := range []string{"stub", "legacy"} {
+		t.Run(name, func(t *testing.T) {
+			var got *certv1beta1.PodCertificateRequest
+			testwait.Eventually(t, "v1beta1 request "+name+" decided", func() bool {
+				got, err = pcrs.Get(t.Context(), name, metav1.GetOptions{})
+				return err == nil && len(got.Status.Conditions) > 0
+			})
+			if cond := got.Status.Conditions[0]; cond.Type != certv1beta1.PodCertificateRequestConditionTypeIssued {
+				t.Fatalf("condition %+v, want Issued", cond)
+			}
+			chain, err := pemutil.ParseCertificateBundle([]byte(got.Status.CertificateChain))
+			if err != nil || len(chain) == 0 {
+				t.Fatalf("chain: %v", err)
+			}
+			id, _, err := x509svid.Verify(chain, x509bundle.FromX509Authorities(testTD, []*x509.Certificate{root.Cert}))
+			if err != nil || id.String() != "spiffe://cluster.local/ns/apps/sa/web-sa" || !chain[0].PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
+				t.Fatalf("SVID %v, %v; want spiffe://cluster.local/ns/apps/sa/web-sa for the request's key, verified by the root", id, err)
+			}
+		})
 	}
 }
