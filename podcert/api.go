@@ -127,8 +127,8 @@ func fromV1beta1(p *certv1beta1.PodCertificateRequest) *item {
 			Status: certv1.PodCertificateRequestStatus{Conditions: p.Status.Conditions, CertificateChain: p.Status.CertificateChain,
 				NotBefore: p.Status.NotBefore, BeginRefreshAt: p.Status.BeginRefreshAt, NotAfter: p.Status.NotAfter},
 		},
-		pkixPublicKey:     s.PKIXPublicKey,
-		proofOfPossession: s.ProofOfPossession,
+		pkixPublicKey:     s.PKIXPublicKey,     //nolint:staticcheck // a 1.35 kubelet's key form, read on purpose
+		proofOfPossession: s.ProofOfPossession, //nolint:staticcheck // a 1.35 kubelet's key form, read on purpose
 	}
 }
 
@@ -141,7 +141,7 @@ func toV1beta1(it *item) *certv1beta1.PodCertificateRequest {
 		Spec: certv1beta1.PodCertificateRequestSpec{SignerName: s.SignerName, PodName: s.PodName, PodUID: s.PodUID,
 			ServiceAccountName: s.ServiceAccountName, ServiceAccountUID: s.ServiceAccountUID, NodeName: s.NodeName, NodeUID: s.NodeUID,
 			MaxExpirationSeconds: s.MaxExpirationSeconds, StubPKCS10Request: s.StubPKCS10Request,
-			PKIXPublicKey: it.pkixPublicKey, ProofOfPossession: it.proofOfPossession,
+			PKIXPublicKey: it.pkixPublicKey, ProofOfPossession: it.proofOfPossession, //nolint:staticcheck // kept as read
 			UnverifiedUserAnnotations: s.UnverifiedUserAnnotations},
 		Status: certv1beta1.PodCertificateRequestStatus{Conditions: st.Conditions, CertificateChain: st.CertificateChain,
 			NotBefore: st.NotBefore, BeginRefreshAt: st.BeginRefreshAt, NotAfter: st.NotAfter},

@@ -305,11 +305,11 @@ func TestE2EV1beta1(t *testing.T) {
 	stubbed := toV1beta1(&item{PodCertificateRequest: newPCR(t, "apps", "stub", "web-sa", testSigner, key, 3600)})
 	legacy := toV1beta1(&item{PodCertificateRequest: newPCR(t, "apps", "legacy", "web-sa", testSigner, key, 3600)})
 	legacy.Spec.StubPKCS10Request = nil
-	if legacy.Spec.PKIXPublicKey, err = x509.MarshalPKIXPublicKey(key.Public()); err != nil {
+	if legacy.Spec.PKIXPublicKey, err = x509.MarshalPKIXPublicKey(key.Public()); err != nil { //nolint:staticcheck // the 1.35 kubelet's form under test
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(legacy.Spec.PodUID))
-	if legacy.Spec.ProofOfPossession, err = ecdsa.SignASN1(rand.Reader, key, sum[:]); err != nil {
+	if legacy.Spec.ProofOfPossession, err = ecdsa.SignASN1(rand.Reader, key, sum[:]); err != nil { //nolint:staticcheck // the 1.35 kubelet's form under test
 		t.Fatal(err)
 	}
 	for _, p := range []*certv1beta1.PodCertificateRequest{stubbed, legacy} {
