@@ -88,7 +88,9 @@ trustDomains:
 	idB := spiffeid.RequireFromString("spiffe://b.example/ns/demo/sa/web")
 	ask := func(ca *cahost.CA, token string, id spiffeid.ID) *caclient.Result {
 		t.Helper()
-		res, err := askCA(t.Context(), ca, token, id)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		res, err := requestErr(ctx, ca, token, id.String())
 		if err != nil {
 			t.Fatalf("ask %s for %s: %v", ca.Addr(), id, err)
 		}
@@ -197,23 +199,6 @@ trustDomains:
 		}
 		t.Logf("bundle age %.1fs → %.1fs, fetch errors %.0f → %.0f", age0, age1, errs0, errs1)
 	})
-}
-
-// askCA asks ca for id with token as a ztunnel, verifying the CA with
-// its roots as they are now.
-func askCA(ctx context.Context, ca *cahost.CA, token string, id spiffeid.ID) (*caclient.Result, error) {
-	cfg, err := ca.ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	client, err := caclient.Dial(cfg)
-	if err != nil {
-		return nil, err
-	}
-	defer client.Close()
-	rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	return client.CreateCertificate(rctx, caclient.Request{Token: token, Identity: id, Impersonate: true})
 }
 
 // verifyWith verifies res's leaf through its chain with roots only.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/x509"
 	"encoding/json"
-	"encoding/pem"
 	"math/big"
 	"net/url"
 	"os"
@@ -27,19 +26,6 @@ func leafOf(t *testing.T, parent *testca.CA, uri string, notAfter time.Time) *x5
 	key := testca.NewKey(t, testca.P256)
 	return testca.Sign(t, &x509.Certificate{SerialNumber: big.NewInt(7), URIs: []*url.URL{u},
 		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}, parent.Cert, key.Public(), parent.Key)
-}
-
-func writePEM(t *testing.T, certs ...*x509.Certificate) string {
-	t.Helper()
-	var b []byte
-	for _, c := range certs {
-		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	path := filepath.Join(t.TempDir(), "certs.pem")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
 }
 
 func TestInspect(t *testing.T) {
@@ -97,8 +83,8 @@ func sameIndex(a, b *int) bool { return (a == nil && b == nil) || (a != nil && b
 func TestInspectCommand(t *testing.T) {
 	root := testca.NewRoot(t, testca.P256)
 	mid := testca.NewIntermediate(t, root, testca.P256)
-	chain := writePEM(t, leafOf(t, mid, "spiffe://cluster.local/ns/demo/sa/web", time.Now().Add(time.Hour)), mid.Cert)
-	bundle := writePEM(t, root.Cert)
+	chain := testca.WritePEM(t, leafOf(t, mid, "spiffe://cluster.local/ns/demo/sa/web", time.Now().Add(time.Hour)), mid.Cert)
+	bundle := testca.WritePEM(t, root.Cert)
 	garbage := filepath.Join(t.TempDir(), "garbage.pem")
 	if err := os.WriteFile(garbage, []byte("not a certificate"), 0o600); err != nil {
 		t.Fatal(err)

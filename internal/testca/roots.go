@@ -2,6 +2,9 @@ package testca
 
 import (
 	"crypto/x509"
+	"encoding/pem"
+	"os"
+	"path/filepath"
 	"sync"
 	"testing"
 )
@@ -35,4 +38,19 @@ func (r *Roots) Set(certs ...*x509.Certificate) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.certs = certs
+}
+
+// WritePEM writes certs, PEM-encoded, to a new file in t's temporary
+// directory and returns its path.
+func WritePEM(t testing.TB, certs ...*x509.Certificate) string {
+	t.Helper()
+	var b []byte
+	for _, c := range certs {
+		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
+	}
+	path := filepath.Join(t.TempDir(), "certs.pem")
+	if err := os.WriteFile(path, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
 }

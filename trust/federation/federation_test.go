@@ -3,7 +3,6 @@ package federation
 import (
 	"crypto/tls"
 	"crypto/x509"
-	"encoding/pem"
 	"net"
 	"os"
 	"path/filepath"
@@ -123,19 +122,6 @@ func startPeer(t *testing.T, profile string, hint time.Duration) *peerCA {
 	return p
 }
 
-func writePEM(t *testing.T, certs ...*x509.Certificate) string {
-	t.Helper()
-	var b []byte
-	for _, c := range certs {
-		b = append(b, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})...)
-	}
-	path := filepath.Join(t.TempDir(), "roots.pem")
-	if err := os.WriteFile(path, b, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	return path
-}
-
 // ztunnelRoots records what the importer last gave the authority.
 type ztunnelRoots struct {
 	mu    sync.Mutex
@@ -167,10 +153,10 @@ func TestImportFollowsTheEndpoint(t *testing.T) {
 				RefreshInterval: 2 * time.Second, Ztunnel: true}
 			if profile == ProfileSPIFFE {
 				cfg.EndpointSPIFFEID = spiffeid.RequireFromSegments(theirs, "bundle")
-				cfg.BundleFile = writePEM(t, first)
+				cfg.BundleFile = testca.WritePEM(t, first)
 			} else {
 				cfg.URL = "https://localhost:" + strings.Split(peer.addr, ":")[1] + "/"
-				cfg.WebRootsFile = writePEM(t, first)
+				cfg.WebRootsFile = testca.WritePEM(t, first)
 			}
 			got := &ztunnelRoots{}
 			im, err := NewImporter(ImporterConfig{Peers: []Peer{cfg}, ZtunnelRoots: got.set})
@@ -203,7 +189,7 @@ func TestImportFollowsTheEndpoint(t *testing.T) {
 func TestImportWithoutZtunnelKeepsTheAnswer(t *testing.T) {
 	root := testca.NewRoot(t, testca.P256).Cert
 	got := &ztunnelRoots{}
-	im, err := NewImporter(ImporterConfig{Peers: []Peer{{TrustDomain: theirs, BundleFile: writePEM(t, root), RefreshInterval: time.Minute}},
+	im, err := NewImporter(ImporterConfig{Peers: []Peer{{TrustDomain: theirs, BundleFile: testca.WritePEM(t, root), RefreshInterval: time.Minute}},
 		ZtunnelRoots: got.set})
 	if err != nil {
 		t.Fatal(err)
