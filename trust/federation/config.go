@@ -134,6 +134,29 @@ func Load(path string, own spiffeid.TrustDomain) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
+	// The files it names, read now so that a mistyped path fails the
+	// configuration check rather than the start.
+	var errs []error
+	for _, p := range c.Peers {
+		if p.BundleFile != "" {
+			if _, err := ReadBundleFile(p.TrustDomain, p.BundleFile); err != nil {
+				errs = append(errs, fmt.Errorf("trust domain %s: bundleFile: %w", p.TrustDomain, err))
+			}
+		}
+		if p.WebRootsFile != "" {
+			if _, err := readPool(p.WebRootsFile); err != nil {
+				errs = append(errs, fmt.Errorf("trust domain %s: webRootsFile: %w", p.TrustDomain, err))
+			}
+		}
+	}
+	if e := c.Endpoint; e != nil && e.Profile == ProfileWeb {
+		if _, err := NewFileCertificate(e.CertFile, e.KeyFile); err != nil {
+			errs = append(errs, fmt.Errorf("endpoint: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%s: %w", path, errors.Join(errs...))
+	}
 	return c, nil
 }
 

@@ -25,6 +25,7 @@ var (
 
 func TestCheck(t *testing.T) {
 	dir := t.TempDir()
+	bundle := testca.WritePEM(t, testca.NewRoot(t, testca.P256).Cert)
 	for name, tc := range map[string]struct {
 		yaml    string
 		wantErr string // empty: valid
@@ -32,13 +33,14 @@ func TestCheck(t *testing.T) {
 		"an https_spiffe endpoint and two peers": {yaml: `
 endpoint: {address: "127.0.0.1:8443", profile: https_spiffe, refreshHint: 1m}
 trustDomains:
-- {trustDomain: east.example, url: "https://east.example/bundle", profile: https_spiffe, endpointSPIFFEID: "spiffe://east.example/spire/server", bundleFile: /b.json, ztunnel: true}
-- {trustDomain: west.example, bundleFile: /w.pem}`},
-		"an https_web endpoint":      {yaml: `endpoint: {address: ":8443", profile: https_web, certFile: /c, keyFile: /k}`},
-		"nothing":                    {yaml: `{}`, wantErr: "neither an endpoint nor a trust domain"},
-		"unknown field":              {yaml: `endpoint: {address: ":1", profile: https_spiffe, port: 3}`, wantErr: "unknown field"},
-		"web endpoint without files": {yaml: `endpoint: {address: ":1", profile: https_web}`, wantErr: "needs certFile and keyFile"},
-		"bad endpoint profile":       {yaml: `endpoint: {address: ":1", profile: http}`, wantErr: "endpoint.profile"},
+- {trustDomain: east.example, url: "https://east.example/bundle", profile: https_spiffe, endpointSPIFFEID: "spiffe://east.example/spire/server", bundleFile: ` + bundle + `, ztunnel: true}
+- {trustDomain: west.example, bundleFile: ` + bundle + `}`},
+		"a bundle file that is not there": {yaml: `trustDomains: [{trustDomain: a.example, bundleFile: /no/such/file}]`, wantErr: "bundleFile"},
+		"web certificate files not there": {yaml: `endpoint: {address: ":8443", profile: https_web, certFile: /no/c, keyFile: /no/k}`, wantErr: "endpoint certificate"},
+		"nothing":                         {yaml: `{}`, wantErr: "neither an endpoint nor a trust domain"},
+		"unknown field":                   {yaml: `endpoint: {address: ":1", profile: https_spiffe, port: 3}`, wantErr: "unknown field"},
+		"web endpoint without files":      {yaml: `endpoint: {address: ":1", profile: https_web}`, wantErr: "needs certFile and keyFile"},
+		"bad endpoint profile":            {yaml: `endpoint: {address: ":1", profile: http}`, wantErr: "endpoint.profile"},
 		"endpoint ID of another trust domain": {yaml: `endpoint: {address: ":1", profile: https_spiffe, spiffeID: "spiffe://east.example/x"}`,
 			wantErr: "not in our trust domain"},
 		"our own trust domain":     {yaml: `trustDomains: [{trustDomain: cluster.local, bundleFile: /b}]`, wantErr: "our own trust domain"},
