@@ -18,9 +18,21 @@ import (
 	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
+// rootConfigMapRoots are what Istio's root ConfigMaps hold: our roots,
+// then those of the federated trust domains marked istioRootConfigMap.
+func (a *app) rootConfigMapRoots() []*x509.Certificate {
+	roots := a.authority.Roots()
+	if a.importer != nil {
+		roots = append(roots, a.importer.RootsOf(func(p federation.Peer) bool { return p.IstioRootConfigMap })...)
+	}
+	return roots
+}
+
 // federate wires --federation-config on every replica: the importer of
 // the other trust domains' bundles (the ztunnel ones go to the answer's
-// root element) and our bundle endpoint.
+// root element), the leader's ClusterTrustBundles of those that ask for
+// them, and our bundle endpoint. It runs before the other trust
+// publishers are wired, which read what it imports.
 func (a *app) federate(ctx context.Context) error {
 	fc := a.cfg.Federation
 	if fc == nil {
@@ -28,10 +40,10 @@ func (a *app) federate(ctx context.Context) error {
 	}
 	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
-		triggers := map[spiffeid.TrustDomain]func(){}
+		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
 		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log,
 			OnChange: func(td spiffeid.TrustDomain) {
-				if t := triggers[td]; t != nil {
+				for _, t := range a.peerTriggers[td] {
 					t()
 				}
 			}})
@@ -50,7 +62,7 @@ func (a *app) federate(ctx context.Context) error {
 			if err != nil {
 				return err
 			}
-			triggers[p.TrustDomain] = pub.Trigger
+			a.peerTriggers[p.TrustDomain] = append(a.peerTriggers[p.TrustDomain], pub.Trigger)
 			a.add(component.Component{Name: name, Leader: true, Run: pub.Run})
 		}
 		metrics.WatchFederation(a.reg, time.Now, func() []metrics.FederatedBundle {
@@ -61,6 +73,7 @@ func (a *app) federate(ctx context.Context) error {
 			return out
 		})
 		a.add(component.Component{Name: "federation-import", Run: im.Run})
+		a.importer = im
 	}
 	e := fc.Endpoint
 	if e == nil {

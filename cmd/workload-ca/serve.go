@@ -325,10 +325,20 @@ func (c *serveConfig) checkCADir() []error {
 // federatedBundles are the federated trust domains published as
 // ClusterTrustBundles.
 func (c *serveConfig) federatedBundles() []spiffeid.TrustDomain {
+	return c.federatedWhere(func(p federation.Peer) bool { return p.ClusterTrustBundle })
+}
+
+// federatedRootConfigMaps are the federated trust domains added to Istio's
+// root ConfigMaps.
+func (c *serveConfig) federatedRootConfigMaps() []spiffeid.TrustDomain {
+	return c.federatedWhere(func(p federation.Peer) bool { return p.IstioRootConfigMap })
+}
+
+func (c *serveConfig) federatedWhere(keep func(federation.Peer) bool) []spiffeid.TrustDomain {
 	var out []spiffeid.TrustDomain
 	if c.Federation != nil {
 		for _, p := range c.Federation.Peers {
-			if p.ClusterTrustBundle {
+			if keep(p) {
 				out = append(out, p.TrustDomain)
 			}
 		}
@@ -455,6 +465,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		for _, p := range c.federatedBundles() {
 			if !c.PublishTrustBundle {
 				errs = append(errs, fmt.Errorf("--federation-config: trust domain %s: clusterTrustBundle needs --publish-trust-bundle", p))
+			}
+		}
+		for _, p := range c.federatedRootConfigMaps() {
+			if !c.IstioRootConfigMap {
+				errs = append(errs, fmt.Errorf("--federation-config: trust domain %s: istioRootConfigMap needs --istio-root-configmap", p))
 			}
 		}
 	}

@@ -133,7 +133,11 @@ func leaderTasks(c serveConfig) []string {
 		if sel == "" {
 			sel = "every namespace"
 		}
-		tasks = append(tasks, "Istio's istio-ca-root-cert ConfigMap in "+sel)
+		t := "Istio's istio-ca-root-cert ConfigMap in " + sel
+		if tds := c.federatedRootConfigMaps(); len(tds) > 0 {
+			t += fmt.Sprintf(", with the roots of federated trust domains %v", tds)
+		}
+		tasks = append(tasks, t)
 	}
 	if c.IstiodCert {
 		names := c.IstiodDNSNames

@@ -14,6 +14,7 @@ import (
 	grpcprom "github.com/grpc-ecosystem/go-grpc-middleware/providers/prometheus"
 	"github.com/grpc-ecosystem/go-grpc-middleware/v2/interceptors/recovery"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
@@ -36,6 +37,7 @@ import (
 	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/configmap"
+	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
 func runServe(ctx context.Context, cfg serveConfig, stdout, _ io.Writer) error {
@@ -95,6 +97,10 @@ type app struct {
 	adminLis  net.Listener
 	// caKey is the key of --ca-key-uri (nil: the key is a file).
 	caKey *keystore.Key
+	// importer holds the federated trust domains' bundles (nil: none),
+	// and peerTriggers are the publishers to trigger when one changes.
+	importer     *federation.Importer
+	peerTriggers map[spiffeid.TrustDomain][]func()
 	// components are what runs besides the gRPC and admin servers.
 	components []component.Component
 }
@@ -115,7 +121,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.federate, a.buildServer, a.signPodCertificates, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.federate, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.buildServer, a.signPodCertificates, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -188,12 +194,20 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.cfg.IstioRootConfigMap {
 		return nil
 	}
-	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces,
-		Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")})
+	opts := a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")
+	opts.Roots = a.rootConfigMapRoots
+	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: opts})
 	if err != nil {
 		return err
 	}
 	a.source.OnChange(p.Trigger)
+	if a.cfg.Federation != nil {
+		for _, peer := range a.cfg.Federation.Peers {
+			if peer.IstioRootConfigMap {
+				a.peerTriggers[peer.TrustDomain] = append(a.peerTriggers[peer.TrustDomain], p.Trigger)
+			}
+		}
+	}
 	a.add(component.Component{Name: "rootconfigmap", Leader: true, Run: p.Run})
 	return nil
 }

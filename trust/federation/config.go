@@ -89,6 +89,10 @@ type PeerFile struct {
 	// ClusterTrustBundles of our signer labelled with it, for pods to
 	// mount (the leader publishes, as it does our own).
 	ClusterTrustBundle bool `json:"clusterTrustBundle,omitempty"`
+	// IstioRootConfigMap adds the trust domain's roots to Istio's
+	// istio-ca-root-cert ConfigMaps (with --istio-root-configmap), after
+	// ours: what istio-agent sidecars verify peers with.
+	IstioRootConfigMap bool `json:"istioRootConfigMap,omitempty"`
 }
 
 // Config is a checked configuration.
@@ -117,6 +121,7 @@ type Peer struct {
 	RefreshInterval    time.Duration
 	Ztunnel            bool
 	ClusterTrustBundle bool
+	IstioRootConfigMap bool
 }
 
 // Load reads and checks the configuration file at path for a CA of trust
@@ -222,7 +227,7 @@ func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
 		at = fmt.Sprintf("trustDomains[%d] (%s)", i, td)
 		peer := Peer{TrustDomain: td, URL: p.URL, Profile: p.Profile, WebRootsFile: p.WebRootsFile, BundleFile: p.BundleFile,
 			RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel,
-			ClusterTrustBundle: p.ClusterTrustBundle}
+			ClusterTrustBundle: p.ClusterTrustBundle, IstioRootConfigMap: p.IstioRootConfigMap}
 		errs = append(errs, peer.check(at, p)...)
 		c.Peers = append(c.Peers, peer)
 	}

@@ -248,9 +248,15 @@ func (im *Importer) publish() {
 
 // ZtunnelRoots returns the roots held of every peer with Ztunnel set.
 func (im *Importer) ZtunnelRoots() []*x509.Certificate {
+	return im.RootsOf(func(p Peer) bool { return p.Ztunnel })
+}
+
+// RootsOf returns the roots held of every peer for which keep is true, in
+// configuration order.
+func (im *Importer) RootsOf(keep func(Peer) bool) []*x509.Certificate {
 	var out []*x509.Certificate
 	for _, p := range im.peers {
-		if !p.cfg.Ztunnel {
+		if !keep(p.cfg) {
 			continue
 		}
 		if b := p.current(); b != nil {
