@@ -397,6 +397,17 @@ func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs, tests [
 		switch name {
 		case "listen-addr", "admin-addr", "serving-dns-names", "kubeconfig":
 			continue
+		case "federation-config":
+			// A file the pod mounts from the chart's ConfigMap, naming
+			// bundle files there: here one federated trust domain from a
+			// file (TestFederation runs endpoints and fetches).
+			cfg := filepath.Join(t.TempDir(), "federation.yaml")
+			peer := testca.WritePEM(t, testca.NewRoot(t, testca.P256).Cert)
+			if err := os.WriteFile(cfg, []byte("trustDomains: [{trustDomain: east.example.org, bundleFile: "+peer+"}]\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			extra = append(extra, "--federation-config="+cfg)
+			continue
 		case "ca-secret":
 			_, caSecret, _ = strings.Cut(a, "=")
 			extra = append(extra, "--ca-secret", caSecret) // as cahost expects it
