@@ -44,6 +44,9 @@ type WriterConfig[T metav1.Object] struct {
 	Objects Objects[T]
 	// Labels are the labels every object we publish carries.
 	Labels map[string]string
+	// LabelsOf, if set, returns the labels of the object named name
+	// instead (Labels and more, such as a stage).
+	LabelsOf func(name string) map[string]string
 	// FieldManager is the field manager of our writes; ContentField the
 	// path of the content in managed fields ("data", "root-cert.pem"), to
 	// name the other writers of a contested object.
@@ -74,12 +77,21 @@ func id(key, name string) string { return key + "/" + name }
 // Mark gives obj our stamp of content and our labels, keeping the others.
 func (w *Writer[T]) Mark(obj metav1.Object, content string) {
 	obj.SetAnnotations(contest.Stamp(obj.GetAnnotations(), content))
+	want := w.labels(obj.GetName())
 	l := obj.GetLabels()
 	if l == nil {
-		l = make(map[string]string, len(w.Labels))
+		l = make(map[string]string, len(want))
 	}
-	maps.Copy(l, w.Labels)
+	maps.Copy(l, want)
 	obj.SetLabels(l)
+}
+
+// labels are the labels of the object named name.
+func (w *Writer[T]) labels(name string) map[string]string {
+	if w.LabelsOf != nil {
+		return w.LabelsOf(name)
+	}
+	return w.Labels
 }
 
 // Forget drops what the Writer knows of an object that is gone.
@@ -102,7 +114,7 @@ func (w *Writer[T]) Ensure(ctx context.Context, key, name, content string) (stri
 		}
 	}
 	have := w.Objects.Content(cur)
-	if have == content && HasLabels(cur.GetLabels(), w.Labels) && contest.Stamped(cur.GetAnnotations(), content) {
+	if have == content && HasLabels(cur.GetLabels(), w.labels(name)) && contest.Stamped(cur.GetAnnotations(), content) {
 		w.written.Wrote(tracked, content)
 		return ResultUnchanged, nil
 	}

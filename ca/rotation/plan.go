@@ -52,9 +52,9 @@ type Issuer struct {
 //     A.NotAfter − LeafMaxTTL): it never signs when it could not outlive a
 //     leaf of LeafMaxTTL.
 //   - Without a prepared root, prepare at min(A.NotBefore + PrepareAt·L,
-//     activate − PropagationDelay), but not before activate + LeafMaxTTL −
+//     activate − Preview − PropagationDelay), but not before activate + LeafMaxTTL −
 //     CATTL, so that the new root outlives its own leaves from activate on.
-//   - A prepared root P activates at max(P.PreparedAt + PropagationDelay,
+//   - A prepared root P activates at max(P.PreparedAt + Preview + PropagationDelay,
 //     P.NotBefore, min(activate, P.NotAfter − LeafMaxTTL)), or as soon as
 //     P is valid if A has expired (an expired root cannot sign at all, so
 //     waiting for propagation would only prolong the outage). If P can no
@@ -121,7 +121,7 @@ func PlanUnder(s castate.State, now time.Time, p Policy, iss Issuer) (Step, time
 
 // planPrepared decides between activating and abandoning prep.
 func planPrepared(active *x509.Certificate, prep castate.Authority, now time.Time, p Policy) (Step, time.Time) {
-	earliest := later(prep.PreparedAt.Add(p.PropagationDelay), prep.Cert.NotBefore)
+	earliest := later(prep.PreparedAt.Add(p.untilTrusted()), prep.Cert.NotBefore)
 	deadline := signDeadline(prep.Cert, p)
 	switch {
 	case deadline.Before(earliest) || now.After(deadline):
@@ -140,7 +140,7 @@ func activateTime(c *x509.Certificate, p Policy) time.Time {
 // prepareTime is when the successor of the active root c is prepared.
 func prepareTime(c *x509.Certificate, p Policy) time.Time {
 	act := activateTime(c, p)
-	at := earlier(c.NotBefore.Add(fraction(lifetime(c), p.PrepareAt)), act.Add(-p.PropagationDelay))
+	at := earlier(c.NotBefore.Add(fraction(lifetime(c), p.PrepareAt)), act.Add(-p.untilTrusted()))
 	return later(at, act.Add(p.LeafMaxTTL-p.CATTL))
 }
 

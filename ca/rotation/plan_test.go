@@ -128,3 +128,59 @@ func statuses(s castate.State) []castate.Status {
 	}
 	return out
 }
+
+// TestPlanPreview: a preview stage delays activation by its length (the
+// propagation delay counts from when the root goes live) and moves the
+// preparation earlier by as much, and Previewing names the root while it
+// lasts.
+func TestPlanPreview(t *testing.T) {
+	p := rotation.DefaultPolicy()
+	p.LeafMaxTTL, p.Preview = 90*day, 2*day
+	d := func(days float64) time.Time { return t0.Add(time.Duration(days * float64(day))) }
+	a := root(t, t0, d(730), active, t0)
+	late := root(t, d(620).Add(-time.Hour), d(1350), prepared, d(620))
+	tests := []struct {
+		name  string
+		state castate.State
+		now   time.Time
+		step  rotation.Step
+		at    time.Time
+	}{
+		{"prepared late: preview, then propagation", state(a, late), d(620), rotation.StepActivate, d(623)},
+		{"prepared on time: 5/6 still wins", state(a, root(t, d(365), d(1095), prepared, d(365))), d(365), rotation.StepActivate, d(730 * 5.0 / 6)},
+		{"120-day root: prepare preview + propagation before the hand-over",
+			state(root(t, t0, d(120), active, t0)), t0, rotation.StepPrepare, d(27)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			step, at := rotation.Plan(tt.state, tt.now, p)
+			if step != tt.step || !near(at, tt.at) {
+				t.Errorf("Plan = %s at %v (day %.3f), want %s at day %.3f", step, at, at.Sub(t0).Hours()/24, tt.step, tt.at.Sub(t0).Hours()/24)
+			}
+		})
+	}
+	previewing := []struct {
+		name   string
+		state  castate.State
+		now    time.Time
+		policy time.Duration
+		want   int
+		until  time.Time
+	}{
+		{"in preview", state(a, late), d(621), p.Preview, 1, d(622)},
+		{"live after the preview", state(a, late), d(622), p.Preview, 0, time.Time{}},
+		{"no preview stage", state(a, late), d(621), 0, 0, time.Time{}},
+		{"steady", state(a), d(621), p.Preview, 0, time.Time{}},
+		{"intermediates have none", castate.State{Kind: castate.KindIntermediates, Authorities: []castate.Authority{a, late}}, d(621), p.Preview, 0, time.Time{}},
+	}
+	for _, tt := range previewing {
+		t.Run("Previewing: "+tt.name, func(t *testing.T) {
+			q := p
+			q.Preview = tt.policy
+			got, until := rotation.Previewing(tt.state, tt.now, q)
+			if len(got) != tt.want || !until.Equal(tt.until) {
+				t.Errorf("Previewing = %d roots until %v, want %d until %v", len(got), until, tt.want, tt.until)
+			}
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package rotation
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"time"
@@ -42,6 +43,12 @@ type Policy struct {
 	// SkewMargin is added to LeafMaxTTL before a retiring root is
 	// removed: clock skew, and replicas that switch signer late.
 	SkewMargin time.Duration
+	// Preview is how long a prepared root is published only to canaries
+	// (ClusterTrustBundles labelled k8s.spiffe.io/canarying: preview)
+	// before it goes live everywhere; PropagationDelay counts from then.
+	// Zero (the default): no preview stage, a prepared root is live at
+	// once. Roots only: intermediates leave the bundle as it is.
+	Preview time.Duration
 }
 
 // DefaultPolicy returns the policy with every default.
@@ -78,18 +85,18 @@ func (p Policy) WithDefaults() (Policy, error) {
 // PrepareAt of its predecessor's life must be able to spend
 // PropagationDelay in the bundle and then still sign a leaf of LeafMaxTTL
 // before its predecessor would outlive its own leaves, that is
-// CATTL × (1 − PrepareAt) ≥ LeafMaxTTL + PropagationDelay.
+// CATTL × (1 − PrepareAt) ≥ LeafMaxTTL + PropagationDelay (+ Preview).
 func (p Policy) Validate() error {
 	switch {
 	case p.CATTL <= 0 || p.LeafMaxTTL <= 0:
 		return errors.New("rotation: CATTL and LeafMaxTTL must be positive")
-	case p.PropagationDelay < 0 || p.SkewMargin < 0:
-		return errors.New("rotation: PropagationDelay and SkewMargin must not be negative")
+	case p.PropagationDelay < 0 || p.SkewMargin < 0 || p.Preview < 0:
+		return errors.New("rotation: PropagationDelay, SkewMargin and Preview must not be negative")
 	case !(0 < p.PrepareAt && p.PrepareAt < p.ActivateAt && p.ActivateAt < 1):
 		return fmt.Errorf("rotation: want 0 < PrepareAt (%g) < ActivateAt (%g) < 1", p.PrepareAt, p.ActivateAt)
 	}
 	room := fraction(p.CATTL, 1-p.PrepareAt)
-	if need := p.LeafMaxTTL + p.PropagationDelay; room < need {
+	if need := p.LeafMaxTTL + p.untilTrusted(); room < need {
 		return &TooShortError{CATTL: p.CATTL, Room: room, Need: need, PrepareAt: p.PrepareAt,
 			Least: fraction(need, 1/(1-p.PrepareAt))}
 	}
@@ -119,9 +126,35 @@ func (e *TooShortError) Error() string {
 // its leaf without the chain, is not supported either way.)
 func (p Policy) ForKind(k castate.Kind) Policy {
 	if k == castate.KindIntermediates {
-		p.PropagationDelay = 0
+		p.PropagationDelay, p.Preview = 0, 0
 	}
 	return p
+}
+
+// untilTrusted is how long after it is prepared a root may sign: its
+// preview stage, then the propagation delay.
+func (p Policy) untilTrusted() time.Duration {
+	return p.Preview + p.PropagationDelay
+}
+
+// Previewing returns the roots of s still in their preview stage at now
+// (prepared less than Preview ago) and when the first of them goes live;
+// none, and a zero time, without a preview stage or for intermediates.
+func Previewing(s castate.State, now time.Time, p Policy) ([]*x509.Certificate, time.Time) {
+	p = p.ForKind(s.Kind)
+	var out []*x509.Certificate
+	var next time.Time
+	for _, a := range s.Authorities {
+		live := a.PreparedAt.Add(p.Preview)
+		if a.Status != castate.StatusPrepared || p.Preview == 0 || !now.Before(live) {
+			continue
+		}
+		out = append(out, a.Cert)
+		if next.IsZero() || live.Before(next) {
+			next = live
+		}
+	}
+	return out, next
 }
 
 // retireAfter is how long a root stays in the bundle once it stops signing.

@@ -79,6 +79,8 @@ type Source struct {
 	root        atomic.Pointer[ca.Material]
 	seen        rootsSeen
 	rootChanged chan struct{}
+	// stateChanged wakes livePreviews when the Secret's state changed.
+	stateChanged chan struct{}
 }
 
 // Open loads the material, from the Secret (the first replica creates it)
@@ -91,7 +93,7 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	s := &Source{cfg: cfg, log: cfg.Logger, rootChanged: make(chan struct{}, 1)}
+	s := &Source{cfg: cfg, log: cfg.Logger, rootChanged: make(chan struct{}, 1), stateChanged: make(chan struct{}, 1)}
 	var err error
 	switch {
 	case (cfg.Dir == "") == (cfg.Secret.Name == ""):
@@ -127,6 +129,49 @@ func (s *Source) Phase() string {
 		return ""
 	}
 	return s.store.Current().Phase()
+}
+
+// Preview returns the roots published only to canaries now (see
+// rotation.Policy.Preview): a prepared root in its preview stage. None
+// without a Secret or a preview stage.
+func (s *Source) Preview() []*x509.Certificate {
+	if s.store == nil {
+		return nil
+	}
+	roots, _ := rotation.Previewing(s.store.Current(), s.cfg.Now(), s.cfg.Policy)
+	return roots
+}
+
+// livePreviews tells whoever follows the material (OnChange) when a
+// root's preview stage ends, so that it is published live: a moment
+// that changes no state, only the stage of a root.
+func (s *Source) livePreviews(ctx context.Context) error {
+	for {
+		_, until := rotation.Previewing(s.store.Current(), s.cfg.Now(), s.cfg.Policy)
+		var wake <-chan time.Time
+		var timer *time.Timer
+		if !until.IsZero() {
+			timer = time.NewTimer(until.Sub(s.cfg.Now()))
+			wake = timer.C
+		}
+		stop := func() {
+			if timer != nil {
+				timer.Stop()
+			}
+		}
+		select {
+		case <-ctx.Done():
+			stop()
+			return nil
+		case <-s.stateChanged:
+			stop()
+		case <-wake:
+			s.log.Info("prepared root goes live: published to every workload, no longer only to canaries")
+			for _, f := range s.onChange {
+				f()
+			}
+		}
+	}
 }
 
 // NextRotation is the rotation step next due for the Secret's state and
@@ -214,6 +259,9 @@ func (s *Source) openSecret(ctx context.Context) error {
 		component.Component{Name: "rotation", Leader: true, Run: rot.Run})
 	if s.cfg.RootDir != "" {
 		s.components = append(s.components, component.Component{Name: "roots-seen", Leader: true, Run: s.recordRootsSeen})
+	}
+	if s.cfg.Policy.Preview > 0 && s.cfg.RootDir == "" {
+		s.components = append(s.components, component.Component{Name: "root-preview", Run: s.livePreviews})
 	}
 	return nil
 }
@@ -311,6 +359,10 @@ func (s *Source) followState(st castate.State) {
 		return
 	}
 	s.log.Info("CA state updated", "phase", st.Phase(), "signing", m.Cert.Subject.String(), "roots", len(m.Roots))
+	select {
+	case s.stateChanged <- struct{}{}:
+	default:
+	}
 }
 
 func (s *Source) newAuthority(m *ca.Material) error {

@@ -41,6 +41,7 @@ type serveConfig struct {
 	CASecret        types.NamespacedName
 	CATTL           time.Duration
 	Propagation     time.Duration
+	Preview         time.Duration
 	SkewMargin      time.Duration
 	CAKeyType       string
 	DefaultTTL      time.Duration
@@ -150,6 +151,7 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
 	fs.section("Rotation (with --ca-secret)")
 	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
+	fs.DurationVar(&c.Preview, "rotation-preview", 0, "with --ca-secret and --publish-trust-bundle: how long a new root is published only in a preview ClusterTrustBundle (k8s.spiffe.io/canarying: preview) before the live one holds it; the propagation delay counts from then (0: no preview stage)")
 	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs, and with --ca-root-dir a new signing root before its intermediates do (rotating intermediates needs none: the bundle does not change)")
 	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
 	fs.section("Kubernetes API")
@@ -298,10 +300,10 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
 	if _, err := c.rotationPolicy(); err != nil {
 		if short := (*rotation.TooShortError)(nil); errors.As(err, &short) {
-			return []error{fmt.Errorf("--ca-ttl %v is too short: the next CA is prepared at %.0f%% of its life, and what is left must cover --max-ttl %v plus --rotation-propagation-delay %v; want --ca-ttl of at least %v",
-				short.CATTL, 100*short.PrepareAt, c.MaxTTL, c.Propagation, short.Least.Round(time.Hour))}
+			return []error{fmt.Errorf("--ca-ttl %v is too short: the next CA is prepared at %.0f%% of its life, and what is left must cover --max-ttl %v plus --rotation-preview and --rotation-propagation-delay %v; want --ca-ttl of at least %v",
+				short.CATTL, 100*short.PrepareAt, c.MaxTTL, c.Preview+c.Propagation, short.Least.Round(time.Hour))}
 		}
-		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
+		return []error{fmt.Errorf("rotation policy (--ca-ttl, --rotation-preview, --rotation-propagation-delay, --rotation-skew-margin, --max-ttl): %w", err)}
 	}
 	return nil
 }
@@ -385,7 +387,7 @@ func (c *serveConfig) rotationPolicy() (rotation.Policy, error) {
 		// silently keep a retired root for an hour.
 		return rotation.Policy{}, fmt.Errorf("--rotation-skew-margin %v must be positive", c.SkewMargin)
 	}
-	return rotation.Policy{CATTL: c.CATTL, PropagationDelay: c.Propagation, LeafMaxTTL: c.MaxTTL, SkewMargin: c.SkewMargin}.WithDefaults()
+	return rotation.Policy{CATTL: c.CATTL, PropagationDelay: c.Propagation, Preview: c.Preview, LeafMaxTTL: c.MaxTTL, SkewMargin: c.SkewMargin}.WithDefaults()
 }
 
 // finish parses the remaining string flags and validates the whole.

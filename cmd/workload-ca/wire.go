@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
 	"io"
 	"log/slog"
@@ -178,8 +179,12 @@ func (a *app) publishBundles(context.Context) error {
 	if !a.cfg.PublishTrustBundle {
 		return nil
 	}
+	var preview func() []*x509.Certificate // nil: no preview stage
+	if a.cfg.Preview > 0 && a.cfg.CASecret.Name != "" {
+		preview = a.source.Preview
+	}
 	p, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
-		IstioCompatible: a.cfg.IstioCompatible, Options: a.publisherOptions(a.metrics, "trustbundle")})
+		IstioCompatible: a.cfg.IstioCompatible, Preview: preview, Options: a.publisherOptions(a.metrics, "trustbundle")})
 	if err != nil {
 		return err
 	}

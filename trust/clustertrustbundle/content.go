@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"encoding/hex"
 	"fmt"
+	"maps"
 	"strings"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -30,8 +31,8 @@ const (
 // (ours, or a federated one's); the k8s.spiffe.io labels are those a
 // SPIFFE draft for Kubernetes trust distribution proposes: the trust
 // domain of the workloads the bundle is for (ours), the trust domain its
-// roots vouch for, and the canary stage (live: what workloads should
-// trust now).
+// roots vouch for, and the canary stage (live: what every workload should
+// trust now; preview: that and a new root not yet live, for canaries).
 const (
 	LabelManagedBy        = "app.kubernetes.io/managed-by"
 	ManagedBy             = "workload-ca"
@@ -40,7 +41,12 @@ const (
 	LabelSPIFFEPeerTD     = "k8s.spiffe.io/peer-trust-domain"
 	LabelSPIFFECanarying  = "k8s.spiffe.io/canarying"
 	CanaryingLive         = "live"
+	CanaryingPreview      = "preview"
 )
+
+// previewPrefix starts the name, after the signer's prefix, of a bundle
+// of the preview stage.
+const previewPrefix = "preview-"
 
 // maxBundleSize is the apiserver's limit on spec.trustBundle.
 const maxBundleSize = 1 << 20
@@ -73,9 +79,11 @@ type target struct {
 	// fixedName, when set, is the bundle's name, updated in place;
 	// otherwise the name is derived from the content.
 	fixedName string
+	// preview: a preview bundle is published too.
+	preview bool
 }
 
-// name returns the name of the bundle holding content.
+// name returns the name of the live bundle holding content.
 func (t target) name(content string) string {
 	if t.fixedName != "" {
 		return t.fixedName
@@ -84,17 +92,44 @@ func (t target) name(content string) string {
 	return signerPrefix(t.signer) + hex.EncodeToString(sum[:hashBytes])
 }
 
+// previewName returns the name of the preview bundle holding content:
+// apart from the live bundle's even when the two hold the same roots.
+func (t target) previewName(content string) string {
+	sum := sha256.Sum256([]byte(CanaryingPreview + "\n" + content))
+	return signerPrefix(t.signer) + previewPrefix + hex.EncodeToString(sum[:hashBytes])
+}
+
+// isPreview reports whether name is that of a preview bundle.
+func isPreview(name string) bool {
+	_, rest, ok := strings.Cut(name, ":")
+	for ok && strings.Contains(rest, ":") {
+		_, rest, ok = strings.Cut(rest, ":")
+	}
+	return ok && strings.HasPrefix(rest, previewPrefix)
+}
+
 // signerPrefix is the name prefix the apiserver requires of bundles linked
 // to signer.
 func signerPrefix(signer string) string {
 	return strings.ReplaceAll(signer, "/", ":") + ":"
 }
 
-// ownLabels returns the labels of the bundles of a CA of trust domain
-// workload holding the roots of trust domain peer (its own: workload).
+// ownLabels returns the labels that make a bundle one of a CA of trust
+// domain workload holding the roots of trust domain peer (its own:
+// workload), whatever its stage.
 func ownLabels(workload, peer spiffeid.TrustDomain) map[string]string {
 	return map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: peer.Name(),
-		LabelSPIFFEWorkloadTD: workload.Name(), LabelSPIFFEPeerTD: peer.Name(), LabelSPIFFECanarying: CanaryingLive}
+		LabelSPIFFEWorkloadTD: workload.Name(), LabelSPIFFEPeerTD: peer.Name()}
+}
+
+// withStage returns own and the canary stage of the bundle named name.
+func withStage(own map[string]string, name string) map[string]string {
+	out := maps.Clone(own)
+	out[LabelSPIFFECanarying] = CanaryingLive
+	if isPreview(name) {
+		out[LabelSPIFFECanarying] = CanaryingPreview
+	}
+	return out
 }
 
 // validateSignerName checks the form the apiserver requires,

@@ -2,8 +2,11 @@ package clustertrustbundle
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 
 	"github.com/go-logr/logr"
 	certv1 "k8s.io/api/certificates/v1"
@@ -30,6 +33,7 @@ type run struct {
 func newRun(p *Publisher, api *bundleAPI) *run {
 	r := &run{p: p, api: api, stores: make(map[string]cache.Store, len(p.targets)), queue: trust.NewQueue(p.opts.Clock)}
 	r.writer = trust.NewWriter(trust.WriterConfig[*certv1.ClusterTrustBundle]{Kind: kind, Objects: r, Labels: p.labels,
+		LabelsOf:     func(name string) map[string]string { return withStage(p.labels, name) },
 		FieldManager: FieldManager, ContentField: []string{"spec", "trustBundle"}, Queue: r.queue, Options: p.opts})
 	logger := logr.FromSlogHandler(p.opts.Logger.Handler())
 	for signer := range p.targets {
@@ -80,16 +84,36 @@ func (r *run) reconcile(ctx context.Context, signer string) (string, error) {
 	if !ok {
 		return trust.ResultError, fmt.Errorf("unknown signer %q", signer)
 	}
-	content, err := bundleContent(r.p.opts.Roots())
+	roots := r.p.opts.Roots()
+	var preview []*x509.Certificate
+	if r.p.preview != nil {
+		preview = r.p.preview()
+	}
+	content, err := bundleContent(slices.DeleteFunc(slices.Clone(roots), func(c *x509.Certificate) bool {
+		return slices.ContainsFunc(preview, c.Equal)
+	}))
 	if err != nil {
 		return trust.ResultError, err
 	}
-	name := t.name(content)
-	result, err := r.writer.Ensure(ctx, signer, name, content)
-	if err != nil {
-		return result, err
+	want := map[string]string{t.name(content): content}
+	if t.preview {
+		all, err := bundleContent(roots)
+		if err != nil {
+			return trust.ResultError, err
+		}
+		want[t.previewName(all)] = all
 	}
-	if err := r.deleteStale(ctx, t, name); err != nil {
+	result := trust.ResultUnchanged
+	for _, name := range slices.Sorted(maps.Keys(want)) {
+		res, err := r.writer.Ensure(ctx, signer, name, want[name])
+		if err != nil {
+			return res, err
+		}
+		if res != trust.ResultUnchanged {
+			result = res
+		}
+	}
+	if err := r.deleteStale(ctx, t, want); err != nil {
 		return trust.ResultError, err
 	}
 	return result, nil
@@ -166,14 +190,15 @@ func (r *run) Update(ctx context.Context, cur *certv1.ClusterTrustBundle, conten
 	return nil
 }
 
-// deleteStale deletes the bundles of t's signer that we own, except keep.
+// deleteStale deletes the bundles of t's signer that we own, except those
+// named in keep.
 // A precondition on UID and resourceVersion makes sure we delete only the
 // version we looked at: one relabelled meanwhile is left alone.
-func (r *run) deleteStale(ctx context.Context, t target, keep string) error {
+func (r *run) deleteStale(ctx context.Context, t target, keep map[string]string) error {
 	var errs []error
 	for _, obj := range r.stores[t.signer].List() {
 		b, ok := obj.(*certv1.ClusterTrustBundle)
-		if !ok || b.Name == keep || b.Spec.SignerName != t.signer || !trust.HasLabels(b.Labels, r.p.labels) {
+		if _, kept := keep[b.Name]; !ok || kept || b.Spec.SignerName != t.signer || !trust.HasLabels(b.Labels, r.p.labels) {
 			continue
 		}
 		pre := metav1.Preconditions{UID: &b.UID, ResourceVersion: &b.ResourceVersion}

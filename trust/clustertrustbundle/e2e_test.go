@@ -264,7 +264,7 @@ func TestE2EV1beta1(t *testing.T) {
 	bundles := cp.Client().CertificatesV1beta1().ClusterTrustBundles()
 	present := func() bool {
 		b, err := bundles.Get(t.Context(), name, metav1.GetOptions{})
-		return err == nil && b.Spec.SignerName == DefaultSignerName && trust.HasLabels(b.Labels, ownLabels(testTD, testTD))
+		return err == nil && b.Spec.SignerName == DefaultSignerName && trust.HasLabels(b.Labels, liveLabels(testTD, testTD))
 	}
 	testwait.Eventually(t, "v1beta1 bundle "+name, present)
 	if err := bundles.Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {

@@ -44,7 +44,7 @@ func bundleMismatch(b *certv1.ClusterTrustBundle, err error, signer string, root
 	if b.Spec.SignerName != signer {
 		return "signer " + b.Spec.SignerName
 	}
-	if !trust.HasLabels(b.Labels, ownLabels(testTD, testTD)) {
+	if !trust.HasLabels(b.Labels, liveLabels(testTD, testTD)) {
 		return fmt.Sprintf("labels %v", b.Labels)
 	}
 	want := map[string]bool{}

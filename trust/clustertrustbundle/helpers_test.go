@@ -55,3 +55,9 @@ func merged(a, b map[string]string) map[string]string {
 	maps.Copy(out, b)
 	return out
 }
+
+// liveLabels are the labels of a live bundle of a CA of trust domain
+// workload holding peer's roots.
+func liveLabels(workload, peer spiffeid.TrustDomain) map[string]string {
+	return withStage(ownLabels(workload, peer), "")
+}

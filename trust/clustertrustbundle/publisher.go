@@ -3,6 +3,7 @@ package clustertrustbundle
 import (
 	"cmp"
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"slices"
@@ -28,6 +29,13 @@ type Config struct {
 	// bundles are labelled with it as LabelTrustDomain and
 	// LabelSPIFFEPeerTD, so a pod selects them apart from our own.
 	PeerTrustDomain spiffeid.TrustDomain
+	// Preview, if set, returns the roots (of Options.Roots) in their
+	// preview stage, and has a preview bundle of SignerName published
+	// beside the live one: the live bundle (k8s.spiffe.io/canarying:
+	// live) holds the roots but those, the preview bundle (preview) all
+	// of them. The IstioCompatible bundle holds the live roots. Trigger
+	// when a root goes live. Nil: only live bundles, of every root.
+	Preview func() []*x509.Certificate
 	// Options are what every publisher has; TrustDomain is ours.
 	trust.Options
 }
@@ -40,6 +48,7 @@ type Publisher struct {
 	client  kubernetes.Interface
 	labels  map[string]string
 	targets map[string]target // by signer name, which is the queue key
+	preview func() []*x509.Certificate
 	opts    trust.Options
 	shell   *trust.Publisher
 }
@@ -56,7 +65,8 @@ func New(cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		client:  cfg.Client,
 		labels:  ownLabels(opts.TrustDomain, cmp.Or(cfg.PeerTrustDomain, opts.TrustDomain)),
-		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName}},
+		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName, preview: cfg.Preview != nil}},
+		preview: cfg.Preview,
 		opts:    opts,
 		shell:   trust.NewPublisher(kind, opts),
 	}
@@ -73,6 +83,9 @@ func (c *Config) check() error {
 	}
 	if c.SignerName == "" {
 		c.SignerName = DefaultSignerName
+	}
+	if c.Preview != nil && !c.PeerTrustDomain.IsZero() {
+		return errors.New("a peer trust domain's roots have no preview stage")
 	}
 	if c.IstioCompatible && !c.PeerTrustDomain.IsZero() {
 		return errors.New("IstioCompatible publishes our own roots, not a peer trust domain's")

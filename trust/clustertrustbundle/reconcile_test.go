@@ -3,6 +3,7 @@ package clustertrustbundle
 import (
 	"bytes"
 	"context"
+	"crypto/x509"
 	"errors"
 	"log/slog"
 	"slices"
@@ -43,7 +44,7 @@ func TestReconcile(t *testing.T) {
 	cur := mustContent(t, roots[0], roots[1])
 	old := mustContent(t, roots[0])
 	other := mustContent(t, roots[2])
-	ours := ownLabels(testTD, testTD)
+	ours := liveLabels(testTD, testTD)
 	otherTD := map[string]string{LabelManagedBy: ManagedBy, LabelTrustDomain: "other.org"}
 	want := bundle(hashedName(cur), DefaultSignerName, cur, ours)
 	wantIstio := bundle(IstioBundleName, IstioSignerName, cur, ours)
@@ -72,7 +73,7 @@ func TestReconcile(t *testing.T) {
 			existing: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
 				map[string]string{"team": "x", LabelTrustDomain: "evil.org"})},
 			want: []*certv1.ClusterTrustBundle{bundle(want.Name, DefaultSignerName, cur,
-				merged(map[string]string{"team": "x"}, ownLabels(testTD, testTD)))},
+				merged(map[string]string{"team": "x"}, liveLabels(testTD, testTD)))},
 			writes: []string{"update"}, result: trust.ResultUpdated},
 		{name: "stale owned bundle: deleted after the new one is created",
 			existing: []*certv1.ClusterTrustBundle{bundle(hashedName(old), DefaultSignerName, old, ours)},
@@ -130,15 +131,15 @@ func TestReconcile(t *testing.T) {
 func TestReconcilePeerBundle(t *testing.T) {
 	roots := testca.RootCerts(t, 3)
 	peer := spiffeid.RequireTrustDomainFromString("east.example")
-	own := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD, testTD))
-	stale := bundle(hashedName(mustContent(t, roots[1])), DefaultSignerName, mustContent(t, roots[1]), ownLabels(testTD, peer))
+	own := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), liveLabels(testTD, testTD))
+	stale := bundle(hashedName(mustContent(t, roots[1])), DefaultSignerName, mustContent(t, roots[1]), liveLabels(testTD, peer))
 	rs := &testca.Roots{}
 	rs.Set(roots[2])
 	client, r := newTestRun(t, Config{PeerTrustDomain: peer, Options: trust.Options{Roots: rs.Get}}, own, stale)
 	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
 		t.Fatal(err)
 	}
-	want := bundle(hashedName(mustContent(t, roots[2])), DefaultSignerName, mustContent(t, roots[2]), ownLabels(testTD, peer))
+	want := bundle(hashedName(mustContent(t, roots[2])), DefaultSignerName, mustContent(t, roots[2]), liveLabels(testTD, peer))
 	if diff := cmp.Diff(states([]*certv1.ClusterTrustBundle{own, want}), listStates(t, client)); diff != "" {
 		t.Errorf("bundles (-want +got):\n%s", diff)
 	}
@@ -204,7 +205,7 @@ func listStates(t *testing.T, client *fake.Clientset) []state {
 // deleted only in the version the cache holds.
 func TestReconcileDeleteUsesPreconditions(t *testing.T) {
 	roots := testca.RootCerts(t, 2)
-	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), ownLabels(testTD, testTD))
+	stale := bundle(hashedName(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), liveLabels(testTD, testTD))
 	stale.UID, stale.ResourceVersion = "uid-1", "7"
 	rs := &testca.Roots{}
 	rs.Set(roots[1])
@@ -232,7 +233,7 @@ func TestReconcileRootsReordered(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0], roots[1])
 	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}},
-		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), ownLabels(testTD, testTD)))
+		bundle(hashedName(mustContent(t, roots...)), DefaultSignerName, mustContent(t, roots...), liveLabels(testTD, testTD)))
 	rs.Set(roots[1], roots[0], roots[0])
 	result, err := r.reconcile(context.Background(), DefaultSignerName)
 	if err != nil || result != trust.ResultUnchanged || len(testobs.WriteVerbs(client)) != 0 {
@@ -250,7 +251,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
 	client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
-	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, ownLabels(testTD, testTD))); err != nil {
+	if err := client.Tracker().Add(bundle(name, DefaultSignerName, content, liveLabels(testTD, testTD))); err != nil {
 		t.Fatal(err)
 	}
 	deleted := false
@@ -270,7 +271,7 @@ func TestReconcileCacheLagThenDeleted(t *testing.T) {
 	if diff := cmp.Diff([]string{"create", "create"}, testobs.WriteVerbs(client)); diff != "" {
 		t.Errorf("writes (-want +got):\n%s", diff)
 	}
-	want := []state{{name, DefaultSignerName, content, ownLabels(testTD, testTD)}}
+	want := []state{{name, DefaultSignerName, content, liveLabels(testTD, testTD)}}
 	if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
 		t.Errorf("bundles (-want +got):\n%s", diff)
 	}
@@ -294,7 +295,7 @@ func TestReconcileCacheLag(t *testing.T) {
 			rs := &testca.Roots{}
 			rs.Set(roots[0])
 			client, r := newTestRun(t, Config{Options: trust.Options{Roots: rs.Get}})
-			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, ownLabels(testTD, testTD))); err != nil {
+			if err := client.Tracker().Add(bundle(name, DefaultSignerName, tc.live, liveLabels(testTD, testTD))); err != nil {
 				t.Fatal(err)
 			}
 			result, err := r.reconcile(context.Background(), DefaultSignerName)
@@ -304,7 +305,7 @@ func TestReconcileCacheLag(t *testing.T) {
 			if diff := cmp.Diff(tc.writes, testobs.WriteVerbs(client)); diff != "" {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
-			want := []state{{name, DefaultSignerName, content, ownLabels(testTD, testTD)}}
+			want := []state{{name, DefaultSignerName, content, liveLabels(testTD, testTD)}}
 			if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
 				t.Errorf("bundles (-want +got):\n%s", diff)
 			}
@@ -324,7 +325,7 @@ func TestReconcileContested(t *testing.T) {
 	clk := testingclock.NewFakeClock(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC))
 	var logs bytes.Buffer
 	client, r := newTestRun(t, Config{IstioCompatible: true, Options: trust.Options{Roots: rs.Get, Clock: clk, RepairInterval: time.Minute, Logger: slog.New(slog.NewTextHandler(&logs, nil))}},
-		bundle(IstioBundleName, IstioSignerName, ours, ownLabels(testTD, testTD)))
+		bundle(IstioBundleName, IstioSignerName, ours, liveLabels(testTD, testTD)))
 	ctx := context.Background()
 	bundles := client.CertificatesV1().ClusterTrustBundles()
 	reconcile := func(want string) {
@@ -415,4 +416,56 @@ func TestReconcileContested(t *testing.T) {
 		t.Fatalf("new leader, our roots changed: reconcile = %q, %v; want %q", result, err, trust.ResultUpdated)
 	}
 	holds(ours)
+}
+
+// TestReconcilePreview: with a preview stage, a root in preview is only in
+// the preview bundle; once live it is in both, and the old live bundle is
+// gone. The IstioCompatible bundle follows the live roots.
+func TestReconcilePreview(t *testing.T) {
+	roots := testca.RootCerts(t, 2)
+	old, next := roots[0], roots[1]
+	rs := &testca.Roots{}
+	rs.Set(old, next)
+	var preview []*x509.Certificate
+	cfg := Config{IstioCompatible: true, Preview: func() []*x509.Certificate { return preview },
+		Options: trust.Options{Roots: rs.Get}}
+	tgt := target{signer: DefaultSignerName}
+	live, all := mustContent(t, old), mustContent(t, old, next)
+	previewLabels := merged(ownLabels(testTD, testTD), map[string]string{LabelSPIFFECanarying: CanaryingPreview})
+	reconcileAll := func(t *testing.T, existing ...*certv1.ClusterTrustBundle) []state {
+		t.Helper()
+		client, r := newTestRun(t, cfg, existing...)
+		for _, s := range []string{DefaultSignerName, IstioSignerName} {
+			if _, err := r.reconcile(context.Background(), s); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return listStates(t, client)
+	}
+
+	preview = []*x509.Certificate{next}
+	got := reconcileAll(t)
+	want := states([]*certv1.ClusterTrustBundle{
+		bundle(hashedName(live), DefaultSignerName, live, liveLabels(testTD, testTD)),
+		bundle(tgt.previewName(all), DefaultSignerName, all, previewLabels),
+		bundle(IstioBundleName, IstioSignerName, live, liveLabels(testTD, testTD)),
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("in preview (-want +got):\n%s", diff)
+	}
+
+	preview = nil
+	existing := []*certv1.ClusterTrustBundle{
+		bundle(hashedName(live), DefaultSignerName, live, liveLabels(testTD, testTD)),
+		bundle(tgt.previewName(all), DefaultSignerName, all, previewLabels),
+	}
+	got = reconcileAll(t, existing...)
+	want = states([]*certv1.ClusterTrustBundle{
+		bundle(hashedName(all), DefaultSignerName, all, liveLabels(testTD, testTD)),
+		bundle(tgt.previewName(all), DefaultSignerName, all, previewLabels),
+		bundle(IstioBundleName, IstioSignerName, all, liveLabels(testTD, testTD)),
+	})
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("live (-want +got):\n%s", diff)
+	}
 }
