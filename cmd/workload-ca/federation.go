@@ -42,6 +42,9 @@ func (a *app) federate(ctx context.Context) error {
 	if len(fc.Peers) > 0 {
 		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
 		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log,
+			ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
+				return clustertrustbundle.SelectRoots(ctx, a.kube.bundles, sel.SignerName, sel.MatchLabels)
+			},
 			OnChange: func(td spiffeid.TrustDomain) {
 				for _, t := range a.peerTriggers[td] {
 					t()

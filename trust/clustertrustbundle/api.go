@@ -2,8 +2,13 @@ package clustertrustbundle
 
 import (
 	"context"
+	"crypto/x509"
 	"errors"
 	"fmt"
+	"slices"
+
+	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	certv1 "k8s.io/api/certificates/v1"
 	certv1beta1 "k8s.io/api/certificates/v1beta1"
@@ -193,4 +198,32 @@ func Find(ctx context.Context, client kubernetes.Interface, name, signer string)
 		return out, nil
 	}
 	return nil, fmt.Errorf("list ClusterTrustBundles: unexpected %T", obj)
+}
+
+// SelectRoots returns the roots in the ClusterTrustBundles of signer that
+// carry every label of matchLabels, de-duplicated: what a pod mounting
+// them with that selector would trust. A bundle that does not parse is an
+// error, not skipped.
+func SelectRoots(ctx context.Context, client kubernetes.Interface, signer string, matchLabels map[string]string) ([]*x509.Certificate, error) {
+	bundles, err := Find(ctx, client, "", signer)
+	if err != nil {
+		return nil, err
+	}
+	var out []*x509.Certificate
+	for _, b := range bundles {
+		if !trust.HasLabels(b.Labels, matchLabels) {
+			continue
+		}
+		// The trust domain only names the bundle here: its roots are kept.
+		parsed, err := x509bundle.Parse(spiffeid.RequireTrustDomainFromString("bundle.invalid"), []byte(b.Spec.TrustBundle))
+		if err != nil {
+			return nil, fmt.Errorf("ClusterTrustBundle %s: %w", b.Name, err)
+		}
+		for _, c := range parsed.X509Authorities() {
+			if !slices.ContainsFunc(out, c.Equal) {
+				out = append(out, c)
+			}
+		}
+	}
+	return out, nil
 }

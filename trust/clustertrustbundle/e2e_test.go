@@ -4,6 +4,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,7 @@ func TestE2E(t *testing.T) {
 		{"istio-compatible", func(t *testing.T) { testIstio(t, cp) }},
 		{"pod with clusterTrustBundle volumes accepted", func(t *testing.T) { testPodAccepted(t, cp) }},
 		{"no attest permission", func(t *testing.T) { testNoAttest(t, cp) }},
+		{"SelectRoots reads another signer's bundles by label", func(t *testing.T) { testSelectRoots(t, admin, roots) }},
 	}
 	for _, s := range steps {
 		if !t.Run(s.name, s.run) {
@@ -271,4 +273,32 @@ func TestE2EV1beta1(t *testing.T) {
 		t.Fatal(err)
 	}
 	testwait.Eventually(t, "v1beta1 bundle re-created", present)
+}
+
+// testSelectRoots: the roots of another signer's bundles that carry the
+// labels asked for, as a federation source reads them.
+func testSelectRoots(t *testing.T, admin kubernetes.Interface, roots []*x509.Certificate) {
+	const signer = "other.example/ca"
+	for i, team := range []string{"a", "b"} {
+		b := bundle(signerPrefix(signer)+team, signer, mustContent(t, roots[i+1]), map[string]string{"team": team})
+		if _, err := admin.CertificatesV1().ClusterTrustBundles().Create(t.Context(), b, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, tc := range []struct {
+		labels map[string]string
+		want   []*x509.Certificate
+	}{
+		{map[string]string{"team": "a"}, roots[1:2]},
+		{nil, roots[1:3]},
+		{map[string]string{"team": "c"}, nil},
+	} {
+		got, err := SelectRoots(t.Context(), admin, signer, tc.labels)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(got) != len(tc.want) || (len(got) > 0 && !slices.ContainsFunc(got, tc.want[0].Equal)) {
+			t.Errorf("SelectRoots(%v) = %d roots, want %d", tc.labels, len(got), len(tc.want))
+		}
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -78,6 +79,11 @@ type PeerFile struct {
 	// BundleFile is a SPIFFE bundle (JWKS) or PEM roots of the trust
 	// domain.
 	BundleFile string `json:"bundleFile,omitempty"`
+	// FromClusterTrustBundles takes the trust domain's roots from the
+	// ClusterTrustBundles of another signer in our cluster (another CA's
+	// publisher, cert-manager's trust-manager, ...), re-read every
+	// RefreshInterval: instead of url and bundleFile.
+	FromClusterTrustBundles *BundleSelectorFile `json:"fromClusterTrustBundles,omitempty"`
 	// RefreshInterval is how often to refresh when the bundle carries no
 	// refresh hint, and the longest wait when it does (default 5m).
 	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
@@ -93,6 +99,13 @@ type PeerFile struct {
 	// istio-ca-root-cert ConfigMaps (with --istio-root-configmap), after
 	// ours: what istio-agent sidecars verify peers with.
 	IstioRootConfigMap bool `json:"istioRootConfigMap,omitempty"`
+}
+
+// BundleSelectorFile selects ClusterTrustBundles: those of SignerName
+// with every label of MatchLabels.
+type BundleSelectorFile struct {
+	SignerName  string            `json:"signerName"`
+	MatchLabels map[string]string `json:"matchLabels,omitempty"`
 }
 
 // Config is a checked configuration.
@@ -112,12 +125,15 @@ type Endpoint struct {
 
 // Peer is the checked PeerFile.
 type Peer struct {
-	TrustDomain        spiffeid.TrustDomain
-	URL                string
-	Profile            string
-	EndpointSPIFFEID   spiffeid.ID
-	WebRootsFile       string
-	BundleFile         string
+	TrustDomain      spiffeid.TrustDomain
+	URL              string
+	Profile          string
+	EndpointSPIFFEID spiffeid.ID
+	WebRootsFile     string
+	BundleFile       string
+	// FromBundles, when set, is the ClusterTrustBundles the roots are
+	// read from.
+	FromBundles        *BundleSelectorFile
 	RefreshInterval    time.Duration
 	Ztunnel            bool
 	ClusterTrustBundle bool
@@ -226,7 +242,7 @@ func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
 		seen[td] = true
 		at = fmt.Sprintf("trustDomains[%d] (%s)", i, td)
 		peer := Peer{TrustDomain: td, URL: p.URL, Profile: p.Profile, WebRootsFile: p.WebRootsFile, BundleFile: p.BundleFile,
-			RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel,
+			FromBundles: p.FromClusterTrustBundles, RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel,
 			ClusterTrustBundle: p.ClusterTrustBundle, IstioRootConfigMap: p.IstioRootConfigMap}
 		errs = append(errs, peer.check(at, p)...)
 		c.Peers = append(c.Peers, peer)
@@ -247,9 +263,17 @@ func (p *Peer) check(at string, f PeerFile) []error {
 	if p.RefreshInterval < time.Second {
 		bad(".refreshInterval: %v, want at least 1s", p.RefreshInterval)
 	}
+	if b := p.FromBundles; b != nil {
+		if p.URL != "" || p.BundleFile != "" {
+			bad(".fromClusterTrustBundles: instead of url and bundleFile, not with them")
+		}
+		if d, path, ok := strings.Cut(b.SignerName, "/"); !ok || d == "" || path == "" || strings.Contains(path, "/") {
+			bad(".fromClusterTrustBundles.signerName: %q, want a signer name such as example.com/signer", b.SignerName)
+		}
+	}
 	if p.URL == "" {
-		if p.BundleFile == "" {
-			bad(": needs a url (its bundle endpoint) or a bundleFile")
+		if p.BundleFile == "" && p.FromBundles == nil {
+			bad(": needs a url (its bundle endpoint), a bundleFile or fromClusterTrustBundles")
 		}
 		if p.Profile != "" || f.EndpointSPIFFEID != "" || p.WebRootsFile != "" {
 			bad(": profile, endpointSPIFFEID and webRootsFile need a url")

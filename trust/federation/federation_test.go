@@ -1,8 +1,10 @@
 package federation
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"net"
 	"os"
 	"path/filepath"
@@ -52,7 +54,10 @@ trustDomains:
 			wantErr: "endpointSPIFFEID"},
 		"endpoint ID outside its trust domain": {yaml: `trustDomains: [{trustDomain: a.example, url: "https://a", profile: https_spiffe, endpointSPIFFEID: "spiffe://b.example/s", bundleFile: /b}]`,
 			wantErr: "is not in trust domain a.example"},
-		"refresh under a second": {yaml: `trustDomains: [{trustDomain: a.example, bundleFile: /b, refreshInterval: 10ms}]`, wantErr: "refreshInterval"},
+		"from another signer's ClusterTrustBundles": {yaml: `trustDomains: [{trustDomain: a.example, fromClusterTrustBundles: {signerName: a.example/ca, matchLabels: {x: y}}, ztunnel: true}]`},
+		"ClusterTrustBundles and a url":             {yaml: `trustDomains: [{trustDomain: a.example, url: "https://a", profile: https_web, fromClusterTrustBundles: {signerName: a.example/ca}}]`, wantErr: "instead of url and bundleFile"},
+		"ClusterTrustBundles of a bad signer name":  {yaml: `trustDomains: [{trustDomain: a.example, fromClusterTrustBundles: {signerName: ca}}]`, wantErr: "signerName"},
+		"refresh under a second":                    {yaml: `trustDomains: [{trustDomain: a.example, bundleFile: /b, refreshInterval: 10ms}]`, wantErr: "refreshInterval"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			path := filepath.Join(dir, strings.ReplaceAll(name, " ", "-")+".yaml")
@@ -199,4 +204,47 @@ func TestImportWithoutZtunnelKeepsTheAnswer(t *testing.T) {
 	if _, ok := im.Bundle(theirs); !ok || got.has(root) {
 		t.Errorf("held %v, in the ztunnel roots %v; want held only", ok, got.has(root))
 	}
+}
+
+// TestImportFromClusterTrustBundles: a peer whose roots are another
+// signer's ClusterTrustBundles is read at once, re-read on its interval
+// (a failure keeps the bundle held), and needs the reader.
+func TestImportFromClusterTrustBundles(t *testing.T) {
+	first, second := testca.NewRoot(t, testca.P256).Cert, testca.NewRoot(t, testca.P256).Cert
+	sel := &BundleSelectorFile{SignerName: "a.example/ca", MatchLabels: map[string]string{"x": "y"}}
+	peer := Peer{TrustDomain: theirs, FromBundles: sel, RefreshInterval: time.Second, Ztunnel: true}
+	if _, err := NewImporter(ImporterConfig{Peers: []Peer{peer}}); err == nil {
+		t.Fatal("NewImporter without a ClusterTrustBundles reader: no error")
+	}
+	var mu sync.Mutex
+	roots, fail := []*x509.Certificate{first}, false
+	got := &ztunnelRoots{}
+	im, err := NewImporter(ImporterConfig{Peers: []Peer{peer}, ZtunnelRoots: got.set,
+		ClusterTrustBundles: func(_ context.Context, s BundleSelectorFile) ([]*x509.Certificate, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if s.SignerName != sel.SignerName || s.MatchLabels["x"] != "y" {
+				t.Errorf("asked for %+v, want %+v", s, *sel)
+			}
+			if fail {
+				return nil, errors.New("apiserver down")
+			}
+			return roots, nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	testwait.Run(t, im.Run)
+	testwait.Eventually(t, "the first roots held", func() bool { return got.has(first) })
+	mu.Lock()
+	fail = true
+	mu.Unlock()
+	testwait.Eventually(t, "a failed read counted", func() bool { return im.States()[0].FetchErrors > 0 })
+	if !got.has(first) {
+		t.Error("a failed read dropped the bundle held")
+	}
+	mu.Lock()
+	roots, fail = []*x509.Certificate{second}, false
+	mu.Unlock()
+	testwait.Eventually(t, "the second roots replace the first", func() bool { return got.has(second) && !got.has(first) })
 }

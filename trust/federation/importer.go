@@ -31,8 +31,11 @@ type ImporterConfig struct {
 	ZtunnelRoots func([]*x509.Certificate)
 	// OnChange is called with a trust domain whose bundle changed.
 	OnChange func(spiffeid.TrustDomain)
-	Clock    clock.WithTicker
-	Logger   *slog.Logger
+	// ClusterTrustBundles returns the roots of the ClusterTrustBundles
+	// sel selects; required when a peer has FromBundles.
+	ClusterTrustBundles func(ctx context.Context, sel BundleSelectorFile) ([]*x509.Certificate, error)
+	Clock               clock.WithTicker
+	Logger              *slog.Logger
 }
 
 // PeerState is what the importer holds of one trust domain, for metrics.
@@ -80,6 +83,9 @@ func NewImporter(cfg ImporterConfig) (*Importer, error) {
 	var errs []error
 	for _, p := range cfg.Peers {
 		pr := &peer{cfg: p}
+		if p.FromBundles != nil && cfg.ClusterTrustBundles == nil {
+			errs = append(errs, fmt.Errorf("trust domain %s: fromClusterTrustBundles needs a Kubernetes client", p.TrustDomain))
+		}
 		if p.BundleFile != "" {
 			b, err := ReadBundleFile(p.TrustDomain, p.BundleFile)
 			if err != nil {
@@ -106,7 +112,7 @@ func (im *Importer) Run(ctx context.Context) error {
 	for _, p := range im.peers {
 		g.Go(func() error {
 			if p.cfg.URL == "" {
-				im.watchFile(ctx, p)
+				im.poll(ctx, p)
 				return nil
 			}
 			return im.watchEndpoint(ctx, p)
@@ -141,23 +147,42 @@ func (im *Importer) watchEndpoint(ctx context.Context, p *peer) error {
 	return err
 }
 
-// watchFile re-reads p's bundle file every RefreshInterval.
-func (im *Importer) watchFile(ctx context.Context, p *peer) {
+// poll re-reads p's bundle file, or its ClusterTrustBundles (at once,
+// then), every RefreshInterval.
+func (im *Importer) poll(ctx context.Context, p *peer) {
 	t := im.cfg.Clock.NewTicker(p.cfg.RefreshInterval)
 	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C():
+	for first := p.cfg.FromBundles != nil; ; first = false {
+		if !first {
+			select {
+			case <-ctx.Done():
+				return
+			case <-t.C():
+			}
 		}
-		b, err := ReadBundleFile(p.cfg.TrustDomain, p.cfg.BundleFile)
+		b, err := im.read(ctx, p)
 		if err != nil {
 			im.failed(p, err)
 			continue
 		}
 		im.received(p, b)
 	}
+}
+
+// read reads p's bundle from its file or its ClusterTrustBundles.
+func (im *Importer) read(ctx context.Context, p *peer) (*spiffebundle.Bundle, error) {
+	sel := p.cfg.FromBundles
+	if sel == nil {
+		return ReadBundleFile(p.cfg.TrustDomain, p.cfg.BundleFile)
+	}
+	roots, err := im.cfg.ClusterTrustBundles(ctx, *sel)
+	if err != nil {
+		return nil, err
+	}
+	if len(roots) == 0 {
+		return nil, fmt.Errorf("no ClusterTrustBundle of signer %s with labels %v holds a root", sel.SignerName, sel.MatchLabels)
+	}
+	return spiffebundle.FromX509Authorities(p.cfg.TrustDomain, roots), nil
 }
 
 // watcher is go-spiffe's BundleWatcher for one peer.
