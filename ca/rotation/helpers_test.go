@@ -162,3 +162,13 @@ func near(a, b time.Time) bool {
 
 var _ rotation.Store = (*memStore)(nil)
 var _ rotation.Store = (*castate.SecretStore)(nil)
+
+// planCase is one case of a Plan table: in state at now, step is next, due
+// at at.
+type planCase struct {
+	name  string
+	state castate.State
+	now   time.Time
+	step  rotation.Step
+	at    time.Time
+}

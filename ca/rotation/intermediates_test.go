@@ -70,13 +70,7 @@ func TestPlanIntermediates(t *testing.T) {
 	pr := pluginRoot(t, d(-1), d(3650))
 	a := inter(t, pr, t0, d(730), active, t0)
 	next := func(n float64) castate.Authority { return inter(t, pr, d(n).Add(-time.Hour), d(n+730), prepared, d(n)) }
-	tests := []struct {
-		name  string
-		state castate.State
-		now   time.Time
-		step  rotation.Step
-		at    time.Time
-	}{
+	tests := []planCase{
 		{"steady: prepare at 1/2", interState(a), t0, rotation.StepPrepare, d(365)},
 		{"prepared on time: activate at 5/6", interState(a, next(365)), d(365), rotation.StepActivate, d(730 * 5.0 / 6)},
 		{"prepared late: activate at once, no propagation delay", interState(a, next(620)), d(620), rotation.StepActivate, d(620)},

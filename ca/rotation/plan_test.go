@@ -26,13 +26,7 @@ func TestPlan(t *testing.T) {
 	a := root(t, t0, d(730), active, t0)
 	// next is a root prepared at day n, valid from an hour before for 730 days.
 	next := func(n float64) castate.Authority { return root(t, d(n).Add(-time.Hour), d(n+730), prepared, d(n)) }
-	tests := []struct {
-		name  string
-		state castate.State
-		now   time.Time
-		step  rotation.Step
-		at    time.Time
-	}{
+	tests := []planCase{
 		{"steady: prepare at 1/2", state(a), t0, rotation.StepPrepare, d(365)},
 		{"steady past 1/2: prepare is due", state(a), d(400), rotation.StepPrepare, d(365)},
 		{"active expired, nothing prepared: prepare", state(a), d(731), rotation.StepPrepare, d(365)},
@@ -139,13 +133,7 @@ func TestPlanPreview(t *testing.T) {
 	d := func(days float64) time.Time { return t0.Add(time.Duration(days * float64(day))) }
 	a := root(t, t0, d(730), active, t0)
 	late := root(t, d(620).Add(-time.Hour), d(1350), prepared, d(620))
-	tests := []struct {
-		name  string
-		state castate.State
-		now   time.Time
-		step  rotation.Step
-		at    time.Time
-	}{
+	tests := []planCase{
 		{"prepared late: preview, then propagation", state(a, late), d(620), rotation.StepActivate, d(623)},
 		{"prepared on time: 5/6 still wins", state(a, root(t, d(365), d(1095), prepared, d(365))), d(365), rotation.StepActivate, d(730 * 5.0 / 6)},
 		{"120-day root: prepare preview + propagation before the hand-over",
