@@ -47,6 +47,9 @@ type Remotes struct {
 	mu      sync.Mutex
 	sources map[string]map[string][]byte // source → cluster id → kubeconfig
 	running map[string]*member
+	// goroutines are those of every cluster started, stopped or not:
+	// Run returns only once they have all ended.
+	goroutines sync.WaitGroup
 }
 
 // member is a running remote cluster.
@@ -123,6 +126,7 @@ func (r *Remotes) Run(ctx context.Context) error {
 	for _, m := range stopped {
 		<-m.done
 	}
+	r.goroutines.Wait()
 	return nil
 }
 
@@ -182,7 +186,9 @@ func (r *Remotes) start(id, source string, kubeconfig []byte) (*member, error) {
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
 	m := &member{c: c, source: source, host: cfg.Host, digest: sha256.Sum256(kubeconfig), cancel: cancel, done: make(chan struct{})}
+	r.goroutines.Add(2)
 	go func() {
+		defer r.goroutines.Done()
 		defer close(m.done)
 		c.Prefetch(ctx)
 		if err := c.Run(ctx); err != nil && ctx.Err() == nil {
@@ -191,7 +197,8 @@ func (r *Remotes) start(id, source string, kubeconfig []byte) (*member, error) {
 	}()
 	// Readiness changes once the cluster's indexes have synced.
 	go func() {
-		if c.pods.WaitForSync(ctx) == nil && c.accounts.WaitForSync(ctx) == nil {
+		defer r.goroutines.Done()
+		if c.pods.WaitForSync(ctx) == nil && c.accounts.WaitForSync(ctx) == nil && ctx.Err() == nil {
 			r.log.Info("remote cluster ready", "cluster", id)
 			r.mu.Lock()
 			r.observe()
