@@ -54,10 +54,10 @@ func testRace(t *testing.T, client func() kubernetes.Interface) {
 		name := fmt.Sprintf("race-%d", i)
 		var inGenerate sync.WaitGroup
 		inGenerate.Add(2)
-		gen := func(now time.Time) (*ca.Material, error) {
+		gen := func(_ context.Context, now time.Time) (*ca.Material, error) {
 			inGenerate.Done()
 			inGenerate.Wait() // both saw NotFound before either creates
-			return generate(now)
+			return generate(context.Background(), now)
 		}
 		states := make([]castate.State, 2)
 		errs := make([]error, 2)

@@ -20,9 +20,9 @@ const (
 	KeyState = "ca-state.json"
 	// KeyRootCert and KeyCACert both hold the root bundle (every
 	// authority's certificate, PEM), for consumers of the Istio and the
-	// cert-manager layout. They are written, never read, and only for
-	// self-signed roots (KindRoots): the bundle of intermediates is not in
-	// the state.
+	// cert-manager layout. They are written, never read, and not for
+	// intermediates of a plug-in root (KindIntermediates): their bundle is
+	// not in the state. For upstream intermediates they hold the anchors.
 	KeyRootCert = "root-cert.pem"
 	KeyCACert   = "ca.crt"
 )
@@ -49,6 +49,8 @@ type authorityJSON struct {
 	PreparedAt    string `json:"preparedAt,omitempty"`
 	ActivatedAt   string `json:"activatedAt,omitempty"`
 	RetiringSince string `json:"retiringSince,omitempty"`
+	// Chain is Authority.Chain, PEM, for upstream intermediates only.
+	Chain []string `json:"chain,omitempty"`
 }
 
 // Encode validates s and returns the Secret data that holds it: KeyState,
@@ -84,14 +86,21 @@ func encode(s State) (map[string][]byte, error) {
 			PreparedAt:    formatTime(a.PreparedAt),
 			ActivatedAt:   formatTime(a.ActivatedAt),
 			RetiringSince: formatTime(a.RetiringSince),
+			Chain:         encodeChain(a.Chain),
 		}
 	}
 	state, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return nil, err
 	}
-	if s.Kind == KindIntermediates {
+	switch s.Kind {
+	case KindIntermediates:
 		return map[string][]byte{KeyState: state}, nil
+	case KindUpstream:
+		bundle.Reset()
+		for _, r := range s.Anchors() {
+			bundle.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw}))
+		}
 	}
 	return map[string][]byte{
 		KeyState:    state,
@@ -157,6 +166,13 @@ func (a authorityJSON) decode() (Authority, error) {
 			return out, err
 		}
 	}
+	for i, c := range a.Chain {
+		x, err := parseCert(c)
+		if err != nil {
+			return out, fmt.Errorf("chain %d: %w", i, err)
+		}
+		out.Chain = append(out.Chain, x)
+	}
 	times := []struct {
 		name string
 		in   string
@@ -172,6 +188,14 @@ func (a authorityJSON) decode() (Authority, error) {
 		}
 	}
 	return out, nil
+}
+
+func encodeChain(chain []*x509.Certificate) []string {
+	var out []string
+	for _, c := range chain {
+		out = append(out, string(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw})))
+	}
+	return out
 }
 
 func parseCert(s string) (*x509.Certificate, error) {

@@ -1,6 +1,7 @@
 package castate_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -18,13 +19,13 @@ var (
 )
 
 // generate is a SecretConfig.Generate for tests: a P-256 root for a year.
-func generate(now time.Time) (*ca.Material, error) {
+func generate(_ context.Context, now time.Time) (*ca.Material, error) {
 	return keystore.GenerateRoot(keystore.GenerateOptions{TrustDomain: testTD, Lifetime: 365 * 24 * time.Hour}, now)
 }
 
 func newRoot(t testing.TB) *ca.Material {
 	t.Helper()
-	m, err := generate(t0)
+	m, err := generate(context.Background(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package castate_test
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"fmt"
@@ -66,7 +67,7 @@ func testSetRootsRechecks(t *testing.T, client func() kubernetes.Interface, root
 	if len(first.Authorities) != 1 {
 		t.Fatalf("first state has %d authorities, want 1", len(first.Authorities))
 	}
-	m, err := intermediates(newRoot)(now)
+	m, err := intermediates(newRoot)(context.Background(), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,12 +96,12 @@ func testSetRootsRechecks(t *testing.T, client func() kubernetes.Interface, root
 	}
 }
 
-func intermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {
+func intermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(context.Context, time.Time) (*ca.Material, error), roots ...*x509.Certificate) *castate.SecretStore {
 	t.Helper()
 	return loggedIntermediateStore(t, client, name, gen, testlog.New(t), roots...)
 }
 
-func loggedIntermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(time.Time) (*ca.Material, error), log *slog.Logger, roots ...*x509.Certificate) *castate.SecretStore {
+func loggedIntermediateStore(t *testing.T, client kubernetes.Interface, name string, gen func(context.Context, time.Time) (*ca.Material, error), log *slog.Logger, roots ...*x509.Certificate) *castate.SecretStore {
 	t.Helper()
 	s, err := castate.NewSecretStore(castate.SecretConfig{
 		Client: client, Namespace: testNS, Name: name, Generate: gen, Roots: roots, Logger: log,
@@ -127,7 +128,7 @@ func testIntermediatesRoundTrip(t *testing.T, client func() kubernetes.Interface
 		t.Fatal("the follower's first state differs from the created one")
 	}
 
-	m, err := intermediates(root)(time.Now())
+	m, err := intermediates(root)(context.Background(), time.Now())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -174,10 +175,10 @@ func testIntermediatesRace(t *testing.T, client func() kubernetes.Interface, roo
 		name := fmt.Sprintf("race-intermediates-%d", i)
 		var inGenerate sync.WaitGroup
 		inGenerate.Add(2)
-		gen := func(now time.Time) (*ca.Material, error) {
+		gen := func(_ context.Context, now time.Time) (*ca.Material, error) {
 			inGenerate.Done()
 			inGenerate.Wait() // both saw NotFound before either creates
-			return intermediates(root)(now)
+			return intermediates(root)(context.Background(), now)
 		}
 		states := make([]castate.State, 2)
 		errs := make([]error, 2)

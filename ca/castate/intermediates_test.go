@@ -1,6 +1,7 @@
 package castate_test
 
 import (
+	"context"
 	"crypto/x509"
 	"errors"
 	"strings"
@@ -26,8 +27,8 @@ func pluginRoot(t testing.TB) *testca.CA {
 
 // intermediates returns a Generate function minting year-long
 // intermediates from root.
-func intermediates(root *testca.CA) func(time.Time) (*ca.Material, error) {
-	return func(now time.Time) (*ca.Material, error) {
+func intermediates(root *testca.CA) func(context.Context, time.Time) (*ca.Material, error) {
+	return func(_ context.Context, now time.Time) (*ca.Material, error) {
 		return keystore.GenerateIntermediate(root.Material(), keystore.GenerateOptions{TrustDomain: testTD, Lifetime: 365 * 24 * time.Hour}, now)
 	}
 }
@@ -36,7 +37,7 @@ func intermediates(root *testca.CA) func(time.Time) (*ca.Material, error) {
 // timestamps it needs.
 func intermediate(t testing.TB, root *testca.CA, st castate.Status) castate.Authority {
 	t.Helper()
-	m, err := intermediates(root)(t0)
+	m, err := intermediates(root)(context.Background(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,6 +57,12 @@ const (
 	// trust bundle is those roots, which the caller provides (see
 	// ValidateUnder); the state does not store them.
 	KindIntermediates Kind = "intermediates"
+	// KindUpstream: intermediates issued by an upstream CA (Vault's PKI
+	// engine, a cert-manager issuer) to keys the CA generated. Each
+	// authority carries the chain the upstream returned with it (Chain:
+	// upstream intermediates, then the trust anchor), so the state holds
+	// its own bundle: the anchors of its authorities.
+	KindUpstream Kind = "upstream"
 )
 
 // Authority is one CA certificate and its key: a self-signed root or an
@@ -69,6 +75,12 @@ type Authority struct {
 	// could still sign certificates peers accept.
 	Key    crypto.Signer
 	Status Status
+	// Chain, for KindUpstream only, is the upstream's chain of Cert:
+	// every upstream intermediate in order (the issuer of Cert first),
+	// then the trust anchor, the root the bundle holds (the last
+	// certificate the upstream returned when it returned no self-signed
+	// one).
+	Chain []*x509.Certificate
 	// PreparedAt is when the authority entered the bundle; ActivatedAt
 	// when it started signing (zero if it never did); RetiringSince when
 	// it stopped signing or was abandoned.
@@ -91,7 +103,7 @@ type State struct {
 // still valid is the signer's concern; nor at external roots: see
 // ValidateUnder.
 func (s State) Validate() error {
-	if s.Kind != KindRoots && s.Kind != KindIntermediates {
+	if s.Kind != KindRoots && s.Kind != KindIntermediates && s.Kind != KindUpstream {
 		return invalid("unknown kind %q", s.Kind)
 	}
 	if n := len(s.Authorities); n == 0 || n > MaxAuthorities {
@@ -141,6 +153,10 @@ func (s State) ValidateUnder(roots []*x509.Certificate) error {
 // callers that have validated s already.
 func (s State) fitsRoots(roots []*x509.Certificate) error {
 	switch {
+	case s.Kind == KindUpstream && len(roots) > 0:
+		return invalid("the state holds upstream intermediates, which carry their own roots, but external roots were given")
+	case s.Kind == KindUpstream:
+		return nil // each authority's chain was checked by Validate
 	case len(roots) == 0 && s.Kind == KindIntermediates:
 		return invalid("the state holds intermediates of external roots, but no roots were given")
 	case len(roots) > 0 && s.Kind == KindRoots:
@@ -193,6 +209,10 @@ func (s State) MaterialUnder(roots []*x509.Certificate) (*ca.Material, error) {
 		return nil, err
 	}
 	a := s.Active()
+	if s.Kind == KindUpstream {
+		return &ca.Material{Signer: a.Key, Cert: a.Cert, Intermediates: slices.Clone(a.Chain[:len(a.Chain)-1]),
+			Roots: s.Anchors()}, nil
+	}
 	if s.Kind == KindIntermediates {
 		return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: slices.Clone(roots)}, nil
 	}
@@ -201,6 +221,29 @@ func (s State) MaterialUnder(roots []*x509.Certificate) (*ca.Material, error) {
 		bundle[i] = x.Cert
 	}
 	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: bundle}, nil
+}
+
+// Anchors returns the trust anchors of a state of upstream intermediates
+// (KindUpstream): the last certificate of each authority's chain, without
+// repeats, oldest authority first. Prepared and retiring authorities
+// count, as for self-signed roots: a verifier must hold the anchor of the
+// next intermediate before it signs, and that of the last one while its
+// leaves are in use. Nil for the other kinds.
+func (s State) Anchors() []*x509.Certificate {
+	if s.Kind != KindUpstream {
+		return nil
+	}
+	var out []*x509.Certificate
+	for _, a := range s.Authorities {
+		if len(a.Chain) == 0 {
+			continue
+		}
+		anchor := a.Chain[len(a.Chain)-1]
+		if !slices.ContainsFunc(out, anchor.Equal) {
+			out = append(out, anchor)
+		}
+	}
+	return out
 }
 
 // Phase names the rotation phase for metrics: PhasePrepared while a next
@@ -232,12 +275,37 @@ func (a Authority) validate(k Kind) error {
 		return fmt.Errorf("%s: key usage lacks certSign", describe(c))
 	case k == KindRoots && !selfSigned:
 		return fmt.Errorf("%s is not self-signed", describe(c))
-	case k == KindIntermediates && selfSigned:
+	case k != KindRoots && selfSigned:
 		return fmt.Errorf("%s is self-signed, want an intermediate", describe(c))
 	case a.Key != nil && !keyutil.Equal(c.PublicKey, a.Key.Public()):
 		return fmt.Errorf("key does not match certificate %s", describe(c))
+	case k != KindUpstream && len(a.Chain) > 0:
+		return fmt.Errorf("%s: only upstream intermediates carry a chain", describe(c))
+	case k == KindUpstream:
+		if err := checkChain(c, a.Chain); err != nil {
+			return fmt.Errorf("%s: %w", describe(c), err)
+		}
 	}
 	return a.validateTimes()
+}
+
+// checkChain requires an upstream chain for c: at least the anchor, each
+// certificate a CA that issued the one before it (name and signature).
+func checkChain(c *x509.Certificate, chain []*x509.Certificate) error {
+	if len(chain) == 0 {
+		return errors.New("no upstream chain (want at least its trust anchor)")
+	}
+	prev := c
+	for i, x := range chain {
+		switch {
+		case x == nil || !x.BasicConstraintsValid || !x.IsCA:
+			return fmt.Errorf("upstream chain certificate %d is not a CA certificate", i)
+		case !IssuedBy(x, prev):
+			return fmt.Errorf("upstream chain certificate %d %s did not issue %s", i, describe(x), describe(prev))
+		}
+		prev = x
+	}
+	return nil
 }
 
 // validateTimes requires the timestamp of the current status and none of

@@ -38,7 +38,7 @@ type SecretConfig struct {
 	// intermediate issued by one of them (keystore.GenerateIntermediate);
 	// LoadOrCreate calls it when the Secret does not exist. Nil means load
 	// only: LoadOrCreate then fails on a missing Secret.
-	Generate func(now time.Time) (*ca.Material, error)
+	Generate func(ctx context.Context, now time.Time) (*ca.Material, error)
 	// Roots, when set, are the external roots (a plug-in root CA's trust
 	// bundle): the Secret then holds intermediates issued by them
 	// (KindIntermediates), never their keys. Every state the store reads
@@ -46,6 +46,10 @@ type SecretConfig struct {
 	// of the other kind, or with an intermediate none of Roots issued, is
 	// refused like any invalid state.
 	Roots []*x509.Certificate
+	// Upstream: the Secret holds intermediates an upstream CA issued
+	// (KindUpstream), which Generate returns with the upstream's chain as
+	// Intermediates and its trust anchor as the only root. Not with Roots.
+	Upstream bool
 	// Clock dates the first authority. Default the real clock.
 	Clock  clock.PassiveClock
 	Logger *slog.Logger
@@ -55,7 +59,8 @@ type SecretConfig struct {
 type SecretStore struct {
 	client   kubernetes.Interface
 	ns, name string
-	generate func(time.Time) (*ca.Material, error)
+	generate func(context.Context, time.Time) (*ca.Material, error)
+	upstream bool
 	roots    atomic.Pointer[[]*x509.Certificate] // see SetRoots
 	clock    clock.PassiveClock
 	log      *slog.Logger
@@ -72,6 +77,8 @@ func NewSecretStore(cfg SecretConfig) (*SecretStore, error) {
 		return nil, errors.New("castate: missing Client")
 	case cfg.Namespace == "" || cfg.Name == "":
 		return nil, errors.New("castate: missing Secret namespace or name")
+	case cfg.Upstream && len(cfg.Roots) > 0:
+		return nil, errors.New("castate: upstream intermediates carry their own roots: no external Roots")
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -84,6 +91,7 @@ func NewSecretStore(cfg SecretConfig) (*SecretStore, error) {
 		ns:       cfg.Namespace,
 		name:     cfg.Name,
 		generate: cfg.Generate,
+		upstream: cfg.Upstream,
 		clock:    cfg.Clock,
 		log:      cfg.Logger.With("secret", cfg.Namespace+"/"+cfg.Name),
 	}
@@ -166,12 +174,12 @@ func (s *SecretStore) create(ctx context.Context) (State, error) {
 		return State{}, fmt.Errorf("castate: Secret %s/%s does not exist and the store has no Generate", s.ns, s.name)
 	}
 	now := s.clock.Now()
-	m, err := s.generate(now)
+	m, err := s.generate(ctx, now)
 	if err != nil {
 		return State{}, fmt.Errorf("castate: generating the first %s: %w", s.noun(), err)
 	}
 	st := State{Kind: s.kind(), Authorities: []Authority{{
-		Cert: m.Cert, Key: m.Signer, Status: StatusActive, PreparedAt: now, ActivatedAt: now,
+		Cert: m.Cert, Key: m.Signer, Status: StatusActive, PreparedAt: now, ActivatedAt: now, Chain: UpstreamChain(s.kind(), m),
 	}}}
 	if err := s.write(ctx, st); err != nil {
 		return State{}, err
@@ -286,6 +294,9 @@ func (s *SecretStore) decode(data map[string][]byte) (State, error) {
 
 // kind is the Kind of the states the store keeps.
 func (s *SecretStore) kind() Kind {
+	if s.upstream {
+		return KindUpstream
+	}
 	if len(s.Roots()) > 0 {
 		return KindIntermediates
 	}
@@ -294,10 +305,20 @@ func (s *SecretStore) kind() Kind {
 
 // noun names an authority of the store's kind in messages.
 func (s *SecretStore) noun() string {
-	if len(s.Roots()) > 0 {
+	if s.upstream || len(s.Roots()) > 0 {
 		return "intermediate"
 	}
 	return "root"
+}
+
+// UpstreamChain is the Authority.Chain of material m in a state of kind k:
+// for KindUpstream, m's intermediates and then its first root (the
+// upstream's trust anchor); nil for the other kinds.
+func UpstreamChain(k Kind, m *ca.Material) []*x509.Certificate {
+	if k != KindUpstream || len(m.Roots) == 0 {
+		return nil
+	}
+	return append(slices.Clone(m.Intermediates), m.Roots[0])
 }
 
 // sameData reports whether sec already holds data and our label.

@@ -1,6 +1,7 @@
 package castate_test
 
 import (
+	"context"
 	"errors"
 	"testing"
 	"time"
@@ -179,7 +180,7 @@ func TestGenerateErrorIsReturned(t *testing.T) {
 	boom := errors.New("no entropy")
 	s, err := castate.NewSecretStore(castate.SecretConfig{
 		Client: fake.NewClientset(), Namespace: testNS, Name: testSecret,
-		Generate: func(time.Time) (*ca.Material, error) { return nil, boom },
+		Generate: func(context.Context, time.Time) (*ca.Material, error) { return nil, boom },
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -73,7 +73,7 @@ func GenerateRoot(opts GenerateOptions, now time.Time) (*ca.Material, error) {
 	if opts.Lifetime <= 0 {
 		opts.Lifetime = DefaultRootLifetime
 	}
-	signer, err := newSigner(opts.KeyType)
+	signer, err := NewKey(opts.KeyType)
 	if err != nil {
 		return nil, err
 	}
@@ -94,8 +94,8 @@ func GenerateRoot(opts GenerateOptions, now time.Time) (*ca.Material, error) {
 	return &ca.Material{Signer: signer, Cert: cert, Roots: []*x509.Certificate{cert}}, nil
 }
 
-// newSigner generates a key of one of the Key* types.
-func newSigner(keyType string) (crypto.Signer, error) {
+// NewKey generates a key of one of the Key* types (empty: KeyECDSAP256).
+func NewKey(keyType string) (crypto.Signer, error) {
 	var (
 		s   crypto.Signer
 		err error

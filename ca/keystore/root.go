@@ -117,7 +117,7 @@ func GenerateIntermediate(root *ca.Material, opts GenerateOptions, now time.Time
 	if !now.Before(notAfter) {
 		return nil, fmt.Errorf("keystore: generate intermediate: the root expired at %s", root.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	signer, err := newSigner(opts.KeyType)
+	signer, err := NewKey(opts.KeyType)
 	if err != nil {
 		return nil, err
 	}

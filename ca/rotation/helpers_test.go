@@ -28,8 +28,8 @@ var (
 )
 
 // generator returns a Generate function making roots of lifetime d.
-func generator(d time.Duration) func(time.Time) (*ca.Material, error) {
-	return func(now time.Time) (*ca.Material, error) {
+func generator(d time.Duration) func(context.Context, time.Time) (*ca.Material, error) {
+	return func(_ context.Context, now time.Time) (*ca.Material, error) {
 		return keystore.GenerateRoot(keystore.GenerateOptions{TrustDomain: testTD, Lifetime: d}, now)
 	}
 }

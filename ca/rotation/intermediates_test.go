@@ -27,8 +27,8 @@ func pluginRoot(t testing.TB, notBefore, notAfter time.Time) *testca.CA {
 
 // intermediateGenerator returns a Generate function minting intermediates
 // of lifetime d from root, as the CA does with --ca-root-dir.
-func intermediateGenerator(root *testca.CA, d time.Duration) func(time.Time) (*ca.Material, error) {
-	return func(now time.Time) (*ca.Material, error) {
+func intermediateGenerator(root *testca.CA, d time.Duration) func(context.Context, time.Time) (*ca.Material, error) {
+	return func(_ context.Context, now time.Time) (*ca.Material, error) {
 		return keystore.GenerateIntermediate(root.Material(), keystore.GenerateOptions{TrustDomain: testTD, Lifetime: d}, now)
 	}
 }
@@ -108,7 +108,7 @@ func TestApplyIntermediates(t *testing.T) {
 	pr := pluginRoot(t, t0.Add(-day), t0.Add(3650*day))
 	bundle := []*x509.Certificate{pr.Cert}
 	r, a, p := inter(t, pr, t0, t0.Add(730*day), retiring, t0), inter(t, pr, t0, t0.Add(730*day), active, t0), inter(t, pr, t0, t0.Add(730*day), prepared, t0)
-	m, err := intermediateGenerator(pr, 730*day)(now)
+	m, err := intermediateGenerator(pr, 730*day)(context.Background(), now)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func interHarness(t *testing.T) (*harness, *testca.CA) {
 	p.LeafMaxTTL = 90 * day // the arithmetic below is in 90-day leaves
 	pr := pluginRoot(t, t0.Add(-day), t0.Add(3650*day))
 	h := &harness{t: t, clk: testingclock.NewFakeClock(t0), policy: p, gen: intermediateGenerator(pr, p.CATTL)}
-	first, err := h.gen(t0)
+	first, err := h.gen(context.Background(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -247,7 +247,7 @@ func TestRotatorAcceptsIntermediateWithoutPropagationRoom(t *testing.T) {
 		h, pr := interHarness(t)
 		_, at := h.due()
 		life := h.policy.LeafMaxTTL + h.policy.PropagationDelay/2
-		h.gen = func(now time.Time) (*ca.Material, error) {
+		h.gen = func(_ context.Context, now time.Time) (*ca.Material, error) {
 			return keystore.GenerateIntermediate(pr.Material(), keystore.GenerateOptions{TrustDomain: testTD, Lifetime: life}, now)
 		}
 		_, stop := h.start()

@@ -81,8 +81,8 @@ func TestRotatorFollowsNewIssuer(t *testing.T) {
 		h, oldRoot := interHarness(t)
 		newRoot := pluginRoot(t, t0.Add(-day), t0.Add(3650*day))
 		iss := rotation.Issuer{Cert: oldRoot.Cert, TrustedFrom: t0}
-		var gen func(time.Time) (*ca.Material, error)
-		h.gen = func(now time.Time) (*ca.Material, error) { return gen(now) }
+		var gen func(context.Context, time.Time) (*ca.Material, error)
+		h.gen = func(ctx context.Context, now time.Time) (*ca.Material, error) { return gen(ctx, now) }
 		gen = intermediateGenerator(oldRoot, h.policy.CATTL)
 		obs := &recorder{}
 		r, err := rotation.New(rotation.Config{Store: h.store, Generate: h.gen, Policy: h.policy, Clock: h.clk,

@@ -1,6 +1,7 @@
 package rotation_test
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
@@ -46,7 +47,7 @@ func TestLifecycle(t *testing.T) {
 // the steps taken, comma-separated.
 func simulate(t *testing.T, p rotation.Policy, lateness time.Duration, rotations int) string {
 	gen := generator(p.CATTL)
-	first, err := gen(t0)
+	first, err := gen(context.Background(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +61,7 @@ func simulate(t *testing.T, p rotation.Policy, lateness time.Duration, rotations
 		if at.After(now) {
 			now = at.Add(lateness)
 		}
-		m, err := gen(now)
+		m, err := gen(context.Background(), now)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -67,7 +67,10 @@ type Issuer struct {
 // removal.
 //
 // For a state of intermediates (castate.KindIntermediates) PropagationDelay
-// is zero: see Policy.ForKind. PlanUnder also follows a change of the root
+// is zero: see Policy.ForKind. For upstream intermediates
+// (castate.KindUpstream) it is zero when the prepared one chains to the
+// anchor of the active one (the bundle is unchanged), and applies when the
+// upstream moved to a new anchor, which must reach every verifier first. PlanUnder also follows a change of the root
 // that issues them.
 func Plan(s castate.State, now time.Time, p Policy) (Step, time.Time) {
 	return PlanUnder(s, now, p, Issuer{})
@@ -100,6 +103,9 @@ func PlanUnder(s castate.State, now time.Time, p Policy, iss Issuer) (Step, time
 	follow := iss.Cert != nil && s.Kind == castate.KindIntermediates
 	switching := follow && !castate.IssuedBy(iss.Cert, active.Cert)
 	prep, prepared := find(s, castate.StatusPrepared)
+	if prepared && s.Kind == castate.KindUpstream && sameAnchor(prep, active) {
+		p.PropagationDelay = 0 // the bundle holds its anchor already
+	}
 	switch {
 	case prepared && follow && !castate.IssuedBy(iss.Cert, prep.Cert):
 		next = next.sooner(StepRetireStart, now)
@@ -117,6 +123,12 @@ func PlanUnder(s castate.State, now time.Time, p Policy, iss Issuer) (Step, time
 		next = next.sooner(StepPrepare, prepareTime(active.Cert, p))
 	}
 	return next.step, next.at
+}
+
+// sameAnchor reports whether upstream intermediates a and b chain to the
+// same trust anchor.
+func sameAnchor(a, b castate.Authority) bool {
+	return len(a.Chain) > 0 && len(b.Chain) > 0 && a.Chain[len(a.Chain)-1].Equal(b.Chain[len(b.Chain)-1])
 }
 
 // planPrepared decides between activating and abandoning prep.
@@ -174,6 +186,7 @@ func apply(s castate.State, step Step, now time.Time, m *ca.Material) (castate.S
 	case step == StepPrepare && m != nil && prep < 0:
 		out.Authorities = append(out.Authorities, castate.Authority{
 			Cert: m.Cert, Key: m.Signer, Status: castate.StatusPrepared, PreparedAt: now,
+			Chain: castate.UpstreamChain(s.Kind, m),
 		})
 	case step == StepActivate && prep >= 0:
 		if cur := slices.IndexFunc(auths, hasStatus(castate.StatusActive)); cur >= 0 {

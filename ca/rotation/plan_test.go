@@ -1,6 +1,7 @@
 package rotation_test
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -66,7 +67,7 @@ func TestApply(t *testing.T) {
 	now := t0.Add(100 * day)
 	r, a, pr := root(t, t0, t0.Add(730*day), retiring, t0), root(t, t0, t0.Add(730*day), active, t0), root(t, t0, t0.Add(730*day), prepared, t0)
 	fresh := generator(730 * day)
-	m, err := fresh(now)
+	m, err := fresh(context.Background(), now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -117,7 +117,9 @@ func (e *TooShortError) Error() string {
 }
 
 // ForKind returns the policy that rotates authorities of kind k: p itself
-// for self-signed roots; for intermediates, p without PropagationDelay.
+// for self-signed roots; for intermediates of a plug-in root, p without
+// PropagationDelay; for upstream intermediates, p without Preview (and
+// PlanUnder drops PropagationDelay while the anchor stays the same).
 // Rotating an intermediate leaves the trust bundle (the external roots)
 // as it is, and every chain the CA returns carries the intermediate that
 // signed its leaf, so a verifier holding the roots verifies a leaf of the
@@ -125,8 +127,11 @@ func (e *TooShortError) Error() string {
 // propagate. (A verifier that pins intermediates, or a peer that sends
 // its leaf without the chain, is not supported either way.)
 func (p Policy) ForKind(k castate.Kind) Policy {
-	if k == castate.KindIntermediates {
+	switch k {
+	case castate.KindIntermediates:
 		p.PropagationDelay, p.Preview = 0, 0
+	case castate.KindUpstream:
+		p.Preview = 0 // no canary stage: the upstream, not the CA, decides its anchors
 	}
 	return p
 }

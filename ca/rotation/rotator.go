@@ -50,7 +50,7 @@ type Config struct {
 	// if the Store holds intermediates (castate.KindIntermediates), a new
 	// intermediate issued by the external root, e.g.
 	// keystore.GenerateIntermediate.
-	Generate func(now time.Time) (*ca.Material, error)
+	Generate func(ctx context.Context, now time.Time) (*ca.Material, error)
 	// Policy's zero fields take the defaults; see Policy.
 	Policy Policy
 	// Issuer, if set, returns the root that issues the next intermediate
@@ -65,7 +65,7 @@ type Config struct {
 // follows the result through the Store.
 type Rotator struct {
 	store    Store
-	generate func(time.Time) (*ca.Material, error)
+	generate func(context.Context, time.Time) (*ca.Material, error)
 	policy   Policy
 	issuer   func() Issuer
 	clock    clock.WithTicker
@@ -174,7 +174,7 @@ func (r *Rotator) take(ctx context.Context, now time.Time) (castate.State, error
 		var m *ca.Material
 		if step == StepPrepare {
 			var err error
-			if m, err = r.newAuthority(fresh.Kind, now); err != nil {
+			if m, err = r.newAuthority(ctx, fresh.Kind, now); err != nil {
 				return fresh, err
 			}
 		}
@@ -200,12 +200,12 @@ func (r *Rotator) take(ctx context.Context, now time.Time) (castate.State, error
 // checks that it can be activated after PropagationDelay (none for
 // intermediates) and then sign a leaf of LeafMaxTTL. An intermediate cut
 // short by its root's expiry fails here until the operator rolls the root.
-func (r *Rotator) newAuthority(kind castate.Kind, now time.Time) (*ca.Material, error) {
+func (r *Rotator) newAuthority(ctx context.Context, kind castate.Kind, now time.Time) (*ca.Material, error) {
 	noun := "root"
-	if kind == castate.KindIntermediates {
+	if kind != castate.KindRoots {
 		noun = "intermediate"
 	}
-	m, err := r.generate(now)
+	m, err := r.generate(ctx, now)
 	if err != nil {
 		return nil, fmt.Errorf("rotation: generating the next %s: %w", noun, err)
 	}

@@ -22,13 +22,13 @@ type harness struct {
 	clk    *testingclock.FakeClock
 	store  *memStore
 	policy rotation.Policy
-	gen    func(time.Time) (*ca.Material, error)
+	gen    func(context.Context, time.Time) (*ca.Material, error)
 }
 
 func newHarness(t *testing.T) *harness {
 	p := rotation.DefaultPolicy()
 	h := &harness{t: t, clk: testingclock.NewFakeClock(t0), policy: p, gen: generator(p.CATTL)}
-	first, err := h.gen(t0)
+	first, err := h.gen(context.Background(), t0)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestRotatorFollowsOthers(t *testing.T) {
 		defer stop()
 		_, at := h.due()
 		h.advanceTo(at.Add(-time.Hour)) // just before our own prepare
-		m, err := h.gen(h.clk.Now())
+		m, err := h.gen(context.Background(), h.clk.Now())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,6 +1,7 @@
 package source
 
 import (
+	"context"
 	"encoding/pem"
 	"log/slog"
 	"os"
@@ -35,7 +36,7 @@ func TestGenerator(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m, err := gen(time.Now())
+		m, err := gen(context.Background(), time.Now())
 		if err != nil || a.externalRoots() != nil || m.Cert.CheckSignatureFrom(m.Cert) != nil {
 			t.Fatalf("want self-signed roots and no external roots: %v, %d roots", err, len(a.externalRoots()))
 		}
@@ -63,7 +64,7 @@ func TestGenerator(t *testing.T) {
 		if len(a.externalRoots()) != 2 || !a.externalRoots()[0].Equal(root.Cert) || !a.externalRoots()[1].Equal(other.Cert) {
 			t.Fatalf("external roots = %d certificates, want both roots of the directory, signing root first", len(a.externalRoots()))
 		}
-		m, err := gen(time.Now())
+		m, err := gen(context.Background(), time.Now())
 		if err != nil {
 			t.Fatal(err)
 		}
