@@ -14,6 +14,7 @@ import (
 	"crypto"
 	"crypto/x509"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -45,6 +46,16 @@ type Config struct {
 	// when it changes: the roots are its bundle, and the intermediates
 	// the leader mints from its signing root sign the leaves.
 	RootDir string
+	// Upstream, with Secret, mints the CA's intermediates through an
+	// upstream CA (upstream.Minter.Generate): the Secret then holds
+	// upstream intermediates (castate.KindUpstream) and the trust bundle
+	// is the upstream's anchors. Not with RootDir.
+	Upstream func(ctx context.Context, now time.Time) (*ca.Material, error)
+	// ReadyMargin, with Upstream, is the least lifetime the active
+	// intermediate must have left for the replica to be ready: below it
+	// the upstream has failed to issue a successor for most of the
+	// intermediate's life.
+	ReadyMargin time.Duration
 	// Key is the signing key of Dir's certificate or RootDir's root in a
 	// KMS or HSM; nil: the key is a file in the directory.
 	Key crypto.Signer
@@ -100,6 +111,10 @@ func Open(ctx context.Context, cfg Config) (*Source, error) {
 		err = errors.New("exactly one of a directory and a Secret is required")
 	case cfg.RootDir != "" && cfg.Secret.Name == "":
 		err = errors.New("a plug-in root directory requires a Secret (the intermediates it issues are kept there)")
+	case cfg.Upstream != nil && cfg.Secret.Name == "":
+		err = errors.New("an upstream CA requires a Secret (the intermediates it issues are kept there)")
+	case cfg.Upstream != nil && cfg.RootDir != "":
+		err = errors.New("an upstream CA and a plug-in root directory cannot both issue the intermediates")
 	case cfg.Secret.Name != "":
 		err = s.openSecret(ctx)
 	default:
@@ -174,6 +189,32 @@ func (s *Source) livePreviews(ctx context.Context) error {
 	}
 }
 
+// upstreamReady fails once the active upstream intermediate has less than
+// ReadyMargin left: the upstream has not issued its successor in time.
+func (s *Source) upstreamReady(context.Context) error {
+	c := s.authority.SigningCert()
+	if left := c.NotAfter.Sub(s.cfg.Now()); left <= s.cfg.ReadyMargin {
+		return fmt.Errorf("the upstream intermediate expires in %v (at %s) and the upstream has issued no successor",
+			left.Round(time.Second), c.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
+}
+
+// SuccessorMissing reports, for upstream intermediates, whether the
+// successor of the active intermediate is overdue (the rotation's prepare
+// step is due and not taken: the upstream failed or is unreachable), and
+// when the active one expires. False otherwise, and for other material.
+func (s *Source) SuccessorMissing() (expires time.Time, missing bool) {
+	if s.cfg.Upstream == nil || s.rotator == nil {
+		return time.Time{}, false
+	}
+	step, at := s.rotator.Next()
+	if step != rotation.StepPrepare || at.After(s.cfg.Now()) {
+		return time.Time{}, false
+	}
+	return s.authority.SigningCert().NotAfter, true
+}
+
 // NextRotation is the rotation step next due for the Secret's state and
 // when, or rotation.StepNone when the material is a directory's.
 func (s *Source) NextRotation() (rotation.Step, time.Time) {
@@ -223,7 +264,8 @@ func (s *Source) openSecret(ctx context.Context) error {
 		return err
 	}
 	store, err := castate.NewSecretStore(castate.SecretConfig{Client: s.cfg.Client, Namespace: s.cfg.Secret.Namespace,
-		Name: s.cfg.Secret.Name, Generate: generate, Roots: s.externalRoots(), Logger: s.log.With("component", "ca-secret")})
+		Name: s.cfg.Secret.Name, Generate: generate, Roots: s.externalRoots(), Upstream: s.cfg.Upstream != nil,
+		Logger: s.log.With("component", "ca-secret")})
 	if err != nil {
 		return err
 	}
@@ -260,7 +302,10 @@ func (s *Source) openSecret(ctx context.Context) error {
 	if s.cfg.RootDir != "" {
 		s.components = append(s.components, component.Component{Name: "roots-seen", Leader: true, Run: s.recordRootsSeen})
 	}
-	if s.cfg.Policy.Preview > 0 && s.cfg.RootDir == "" {
+	if s.cfg.Upstream != nil {
+		s.components = append(s.components, component.Component{Name: "upstream-intermediate", Ready: s.upstreamReady})
+	}
+	if s.cfg.Policy.Preview > 0 && s.cfg.RootDir == "" && s.cfg.Upstream == nil {
 		s.components = append(s.components, component.Component{Name: "root-preview", Run: s.livePreviews})
 	}
 	return nil
@@ -270,10 +315,13 @@ func (s *Source) openSecret(ctx context.Context) error {
 // root, or with a plug-in root an intermediate issued by it, which it
 // loads as s.root (the current one at each call: the directory is
 // reloaded).
-func (s *Source) generator() (func(time.Time) (*ca.Material, error), error) {
+func (s *Source) generator() (func(context.Context, time.Time) (*ca.Material, error), error) {
 	opts := keystore.GenerateOptions{KeyType: s.cfg.KeyType, TrustDomain: s.cfg.Authority.TrustDomain, Lifetime: s.cfg.Policy.CATTL}
+	if s.cfg.Upstream != nil {
+		return s.cfg.Upstream, nil
+	}
 	if s.cfg.RootDir == "" {
-		return func(now time.Time) (*ca.Material, error) { return keystore.GenerateRoot(opts, now) }, nil
+		return func(_ context.Context, now time.Time) (*ca.Material, error) { return keystore.GenerateRoot(opts, now) }, nil
 	}
 	root, err := keystore.LoadRootDir(s.cfg.RootDir, s.cfg.Key)
 	if err != nil {
@@ -283,7 +331,7 @@ func (s *Source) generator() (func(time.Time) (*ca.Material, error), error) {
 	s.seen.observe(root.Roots, s.cfg.Now())
 	s.log.Info("plug-in root loaded; signing with intermediates issued by it", "dir", s.cfg.RootDir,
 		"root", root.Cert.Subject.String(), "not_after", root.Cert.NotAfter, "roots", len(root.Roots))
-	return func(now time.Time) (*ca.Material, error) {
+	return func(_ context.Context, now time.Time) (*ca.Material, error) {
 		return keystore.GenerateIntermediate(s.root.Load(), opts, now)
 	}, nil
 }

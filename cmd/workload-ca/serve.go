@@ -37,7 +37,11 @@ type serveConfig struct {
 	CARootDir   string
 	// CAKeyURI names the signing key of CADir's certificate, or of
 	// CARootDir's root, in a KMS or HSM instead of a key file.
-	CAKeyURI        string
+	CAKeyURI string
+	// UpstreamConfig is the file of --ca-upstream-config, Upstream what
+	// it holds: the upstream CA that issues the intermediates.
+	UpstreamConfig  string
+	Upstream        *upstreamConfig
 	CASecret        types.NamespacedName
 	CATTL           time.Duration
 	Propagation     time.Duration
@@ -147,6 +151,7 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
 	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
 	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
+	fs.StringVar(&c.UpstreamConfig, "ca-upstream-config", "", "with --ca-secret: YAML file naming an upstream CA (Vault or OpenBao PKI) that issues the CA's intermediates to keys the CA generates; leaves are still signed here, the upstream is asked once per rotation, and the trust bundle is the upstream's root (see docs/upstream.md)")
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
 	fs.section("Rotation (with --ca-secret)")
@@ -216,6 +221,7 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.example("ca-secret", "istio-system/workload-ca")
 	fs.example("ca-root-dir", "/etc/root-ca")
 	fs.example("ca-key-uri", "pkcs11:token=ca;object=root?pin-source=/etc/pin")
+	fs.example("ca-upstream-config", "/etc/workload-ca/upstream.yaml")
 	fs.example("kubeconfig", "$HOME/.kube/config")
 	fs.example("cluster-id", "Kubernetes")
 	fs.example("audit-log", "/var/log/workload-ca/audit.log")
@@ -251,7 +257,7 @@ trust distribution and rotation tasks. Exactly one of --ca-dir and
 			"log-format":         {"json", "text"},
 		},
 		dirs:  []string{"ca-dir", "ca-root-dir"},
-		files: []string{"kubeconfig", "audit-log", "federation-config"},
+		files: []string{"kubeconfig", "audit-log", "federation-config", "ca-upstream-config"},
 		run:   runServe,
 	}
 }
@@ -286,6 +292,10 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	switch {
 	case c.CARootDir != "" && caSecret == "":
 		return []error{errors.New("--ca-root-dir requires --ca-secret (the intermediates it issues are kept there)")}
+	case c.UpstreamConfig != "" && caSecret == "":
+		return []error{errors.New("--ca-upstream-config requires --ca-secret (the intermediates the upstream issues are kept there)")}
+	case c.UpstreamConfig != "" && (c.CARootDir != "" || c.CAKeyURI != ""):
+		return []error{errors.New("--ca-upstream-config excludes --ca-root-dir and --ca-key-uri: the upstream issues the intermediates, whose keys are kept in --ca-secret")}
 	case c.CAKeyURI != "" && c.CADir == "" && c.CARootDir == "":
 		return []error{errors.New("--ca-key-uri requires --ca-dir or --ca-root-dir (the directory of the key's certificate)")}
 	case (c.CADir == "") == (caSecret == ""):
@@ -298,6 +308,13 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 		return []error{fmt.Errorf("--ca-secret %q: want namespace/name", caSecret)}
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
+	if c.UpstreamConfig != "" {
+		u, err := loadUpstream(c.UpstreamConfig)
+		if err != nil {
+			return []error{fmt.Errorf("--ca-upstream-config: %w", err)}
+		}
+		c.Upstream = u
+	}
 	if _, err := c.rotationPolicy(); err != nil {
 		if short := (*rotation.TooShortError)(nil); errors.As(err, &short) {
 			return []error{fmt.Errorf("--ca-ttl %v is too short: the next CA is prepared at %.0f%% of its life, and what is left must cover --max-ttl %v plus --rotation-preview and --rotation-propagation-delay %v; want --ca-ttl of at least %v",

@@ -146,6 +146,13 @@ func (a *app) loadCA(ctx context.Context) error {
 		}
 		cfg.Secret, cfg.Client, cfg.Policy = a.cfg.CASecret, a.kube.caState, policy
 	}
+	if a.cfg.Upstream != nil {
+		m, err := a.upstreamMinter()
+		if err != nil {
+			return fmt.Errorf("--ca-upstream-config: %w", err)
+		}
+		cfg.Upstream, cfg.ReadyMargin = m.Generate, a.cfg.Upstream.ReadyMargin
+	}
 	src, err := source.Open(ctx, cfg)
 	if err != nil {
 		return err

@@ -1,0 +1,266 @@
+// Package upstream gets the CA's intermediates from a CA that a company
+// already runs (Vault's PKI secrets engine, a cert-manager issuer): what
+// SPIRE calls an upstream authority. The CA generates each intermediate's
+// key itself, asks the upstream to sign a CSR for it, checks the answer,
+// and keeps the result in its Secret (castate.KindUpstream), rotated by
+// the usual plan (ca/rotation). Every leaf is still signed locally, so the
+// upstream is asked once per rotation, never per workload, and an
+// upstream that is down only delays the next rotation.
+package upstream
+
+import (
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/url"
+	"slices"
+	"time"
+
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"go.step.sm/crypto/keyutil"
+
+	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/keystore"
+)
+
+// ErrUpstream is wrapped by every error of an upstream's answer that the
+// CA refuses: not a CA, another key, a chain that does not verify, too
+// short a lifetime, constraints that forbid the CA's leaves.
+var ErrUpstream = errors.New("upstream CA answer refused")
+
+// Authority is an upstream CA: it issues an intermediate CA certificate
+// for a CSR. Implementations talk to one kind of upstream; the Minter
+// checks what they return.
+type Authority interface {
+	// SignIntermediate asks the upstream for a CA certificate for req.CSR.
+	SignIntermediate(ctx context.Context, req Request) (Issued, error)
+}
+
+// Request is what the CA asks of the upstream.
+type Request struct {
+	// CSR is signed by the new intermediate's key: subject O=<trust
+	// domain>, CN=keystore.IntermediateCommonName, the trust domain's
+	// SPIFFE ID as URI SAN.
+	CSR *x509.CertificateRequest
+	// TrustDomain is the CA's.
+	TrustDomain spiffeid.TrustDomain
+	// TTL is the lifetime to ask for (the upstream may cut it).
+	TTL time.Duration
+	// NameConstraints asks the upstream to constrain the intermediate to
+	// the trust domain's URIs (a URI name constraint on its host), where
+	// the upstream supports it.
+	NameConstraints bool
+}
+
+// Issued is the upstream's answer.
+type Issued struct {
+	// Cert is the intermediate issued for the CSR.
+	Cert *x509.Certificate
+	// Chain is every certificate above Cert the upstream returned, its
+	// issuer first, ending at the root; Minter takes the last as the
+	// trust anchor.
+	Chain []*x509.Certificate
+}
+
+// Config configures a Minter. Authority and TrustDomain are required.
+type Config struct {
+	Authority   Authority
+	TrustDomain spiffeid.TrustDomain
+	// KeyType is the key type of each intermediate (keystore.Key*).
+	KeyType string
+	// Lifetime is the intermediate lifetime to ask for; default
+	// keystore.DefaultRootLifetime, which upstreams cut to their maximum.
+	Lifetime time.Duration
+	// NameConstraints: see Request.NameConstraints.
+	NameConstraints bool
+	// Timeout bounds each request to the upstream (default one minute).
+	Timeout time.Duration
+	Logger  *slog.Logger
+	// Observer is told each attempt's outcome.
+	Observer Observer
+}
+
+// Observer receives the outcome of each request to the upstream, for
+// metrics. It must be safe for concurrent use and fast.
+type Observer interface {
+	// UpstreamRequest is called after each request, with its error.
+	UpstreamRequest(err error, took time.Duration)
+}
+
+// Minter mints intermediates through an upstream: its Generate is the
+// rotation's Generate (castate.SecretConfig, rotation.Config).
+type Minter struct {
+	cfg Config
+}
+
+// New checks cfg and returns a Minter.
+func New(cfg Config) (*Minter, error) {
+	switch {
+	case cfg.Authority == nil:
+		return nil, errors.New("upstream: missing Authority")
+	case cfg.TrustDomain.IsZero():
+		return nil, errors.New("upstream: missing TrustDomain")
+	}
+	if err := keystore.CheckKeyType(cfg.KeyType); err != nil {
+		return nil, fmt.Errorf("upstream: %w", err)
+	}
+	if cfg.Lifetime <= 0 {
+		cfg.Lifetime = keystore.DefaultRootLifetime
+	}
+	if cfg.Timeout <= 0 {
+		cfg.Timeout = time.Minute
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	return &Minter{cfg: cfg}, nil
+}
+
+// Generate makes a new intermediate key, has the upstream issue its
+// certificate, and returns the checked material: the intermediate and its
+// key, the upstream's intermediates, and its trust anchor as the only root.
+func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, error) {
+	key, err := keystore.NewKey(m.cfg.KeyType)
+	if err != nil {
+		return nil, err
+	}
+	exts, err := caExtensions()
+	if err != nil {
+		return nil, fmt.Errorf("upstream: CSR: %w", err)
+	}
+	tmpl := &x509.CertificateRequest{
+		Subject: pkix.Name{Organization: []string{m.cfg.TrustDomain.Name()}, CommonName: keystore.IntermediateCommonName},
+		URIs:    []*url.URL{m.cfg.TrustDomain.ID().URL()}, ExtraExtensions: exts,
+	}
+	der, err := x509.CreateCertificateRequest(rand.Reader, tmpl, key)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: CSR: %w", err)
+	}
+	csr, err := x509.ParseCertificateRequest(der)
+	if err != nil {
+		return nil, fmt.Errorf("upstream: CSR: %w", err)
+	}
+	ctx, cancel := context.WithTimeout(ctx, m.cfg.Timeout)
+	defer cancel()
+	start := time.Now()
+	issued, err := m.cfg.Authority.SignIntermediate(ctx, Request{CSR: csr, TrustDomain: m.cfg.TrustDomain,
+		TTL: m.cfg.Lifetime, NameConstraints: m.cfg.NameConstraints})
+	var mat *ca.Material
+	if err == nil {
+		mat, err = m.check(issued, key, now)
+	}
+	m.cfg.Observer.UpstreamRequest(err, time.Since(start))
+	if err != nil {
+		return nil, err
+	}
+	m.cfg.Logger.InfoContext(ctx, "upstream issued an intermediate", "serial", fmt.Sprintf("%x", mat.Cert.SerialNumber),
+		"issuer", mat.Cert.Issuer.String(), "not_after", mat.Cert.NotAfter, "anchor", mat.Roots[0].Subject.String(),
+		"chain", len(mat.Intermediates))
+	return mat, nil
+}
+
+// check is Check with the Minter's trust domain.
+func (m *Minter) check(issued Issued, key crypto.Signer, now time.Time) (*ca.Material, error) {
+	return Check(issued, key, m.cfg.TrustDomain, now)
+}
+
+// Check returns the signing material of an upstream's answer for key, or
+// why the CA refuses it (wrapping ErrUpstream): Cert must be a CA allowed
+// to sign certificates, of path length 0 (it issues leaves only), for
+// key, valid at now, and chain through Chain, in order, to its last
+// certificate (the trust anchor); a leaf it signs must verify to that
+// anchor for client and server authentication (the constraints of the
+// upstream's CAs, a name constraint among them, must allow the trust
+// domain's SPIFFE IDs).
+func Check(issued Issued, key crypto.Signer, td spiffeid.TrustDomain, now time.Time) (*ca.Material, error) {
+	c := issued.Cert
+	switch {
+	case c == nil:
+		return nil, refused("no certificate")
+	case !c.BasicConstraintsValid || !c.IsCA:
+		return nil, refused("%s is not a CA certificate", describe(c))
+	case c.MaxPathLen != 0 || (!c.MaxPathLenZero && c.MaxPathLen == 0):
+		// crypto/x509 reads an absent path length as -1, and 0 with
+		// MaxPathLenZero as an explicit 0.
+		return nil, refused("%s may issue CA certificates (path length %s), want path length 0", describe(c), pathLen(c))
+	case !keyutil.Equal(c.PublicKey, key.Public()):
+		return nil, refused("%s is not for the key the CA asked for", describe(c))
+	case len(issued.Chain) == 0:
+		return nil, refused("no chain above %s: the CA needs the upstream's root for its trust bundle", describe(c))
+	case slices.Contains(issued.Chain, nil):
+		return nil, refused("nil certificate in the chain")
+	}
+	n := len(issued.Chain)
+	prev := c
+	for i, x := range issued.Chain {
+		if !bytes.Equal(prev.RawIssuer, x.RawSubject) || prev.CheckSignatureFrom(x) != nil {
+			return nil, refused("chain certificate %d %s did not issue %s: want the chain in order, issuer first", i, describe(x), describe(prev))
+		}
+		prev = x
+	}
+	m := &ca.Material{Signer: key, Cert: c, Intermediates: slices.Clone(issued.Chain[:n-1]), Roots: issued.Chain[n-1:]}
+	// ca.New checks the rest as it will when the material signs: validity,
+	// key usage, the chain, the trust domain, and a leaf's verification.
+	if _, err := ca.New(ca.Config{TrustDomain: td, Clock: fixedClock(now)}, m); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
+	}
+	return m, nil
+}
+
+func refused(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrUpstream, fmt.Sprintf(format, args...))
+}
+
+func describe(c *x509.Certificate) string {
+	return fmt.Sprintf("(subject %q, serial %x)", c.Subject.String(), c.SerialNumber)
+}
+
+func pathLen(c *x509.Certificate) string {
+	if c.MaxPathLen < 0 || (c.MaxPathLen == 0 && !c.MaxPathLenZero) {
+		return "unlimited"
+	}
+	return fmt.Sprint(c.MaxPathLen)
+}
+
+// fixedClock is a clock.PassiveClock stopped at a moment.
+type fixedClock time.Time
+
+func (c fixedClock) Now() time.Time                  { return time.Time(c) }
+func (c fixedClock) Since(t time.Time) time.Duration { return time.Time(c).Sub(t) }
+
+// caExtensions are the extensions the CSR requests: basic constraints
+// CA:TRUE with path length 0, and key usage certSign and cRLSign. An
+// upstream that takes the CSR's values (Vault's use_csr_values, a
+// cert-manager issuer) then issues exactly the CA the CA checks for.
+func caExtensions() ([]pkix.Extension, error) {
+	bc, err := asn1.Marshal(struct {
+		IsCA       bool
+		MaxPathLen int
+	}{true, 0})
+	if err != nil {
+		return nil, err
+	}
+	// keyCertSign is bit 5 and cRLSign bit 6 of the KeyUsage BIT STRING.
+	ku, err := asn1.Marshal(asn1.BitString{Bytes: []byte{0x06}, BitLength: 7})
+	if err != nil {
+		return nil, err
+	}
+	return []pkix.Extension{
+		{Id: asn1.ObjectIdentifier{2, 5, 29, 19}, Critical: true, Value: bc},
+		{Id: asn1.ObjectIdentifier{2, 5, 29, 15}, Critical: true, Value: ku},
+	}, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) UpstreamRequest(error, time.Duration) {}

@@ -1,0 +1,80 @@
+package vault
+
+import (
+	"encoding/pem"
+	"strings"
+	"testing"
+
+	"github.com/hashicorp/vault/api"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
+)
+
+func pemOf(cas ...*testca.CA) string {
+	var b strings.Builder
+	for _, c := range cas {
+		b.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw}))
+	}
+	return b.String()
+}
+
+// parseAnswer reads sign-intermediate's answer: the certificate, and the
+// chain above it (ca_chain starts with the certificate itself).
+func TestParseAnswer(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	mid := testca.NewIntermediate(t, root, testca.P256)
+	ours := testca.NewIntermediate(t, mid, testca.P256)
+	tests := []struct {
+		name      string
+		data      map[string]any
+		wantChain int
+		wantErr   string
+	}{
+		{"ca_chain with the certificate first", map[string]any{"certificate": pemOf(ours),
+			"ca_chain": []any{pemOf(ours), pemOf(mid), pemOf(root)}}, 2, ""},
+		{"ca_chain of bundles", map[string]any{"certificate": pemOf(ours), "ca_chain": []any{pemOf(ours, mid, root)}}, 2, ""},
+		{"issuing_ca only", map[string]any{"certificate": pemOf(ours), "issuing_ca": pemOf(mid)}, 1, ""},
+		{"no certificate", map[string]any{"ca_chain": []any{pemOf(mid)}}, 0, "certificate"},
+		{"two certificates", map[string]any{"certificate": pemOf(ours, mid)}, 0, "certificate"},
+		{"a key in the chain", map[string]any{"certificate": pemOf(ours), "ca_chain": []any{string(mid.KeyPEM(t))}}, 0, "ca_chain"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := parseAnswer(&api.Secret{Data: tt.data})
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("parseAnswer error = %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !got.Cert.Equal(ours.Cert) || len(got.Chain) != tt.wantChain || !got.Chain[0].Equal(mid.Cert) {
+				t.Fatalf("parsed %d chain certificates, want %d starting at the issuer", len(got.Chain), tt.wantChain)
+			}
+		})
+	}
+}
+
+func TestNewRequires(t *testing.T) {
+	tests := map[string]Config{
+		"no address":          {Mount: "pki", TokenFile: "/t"},
+		"no mount":            {Address: "http://127.0.0.1:8200", TokenFile: "/t"},
+		"no auth":             {Address: "http://127.0.0.1:8200", Mount: "pki"},
+		"token file and role": {Address: "http://127.0.0.1:8200", Mount: "pki", TokenFile: "/t", KubernetesRole: "ca"},
+		"missing TLS CA file": {Address: "https://127.0.0.1:8200", Mount: "pki", TokenFile: "/t", CAFile: "/nonexistent/ca.pem"},
+	}
+	for name, cfg := range tests {
+		if _, err := New(cfg); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+	a, err := New(Config{Address: "http://127.0.0.1:8200", Mount: "/pki/", Issuer: "corp", KubernetesRole: "ca"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := a.signPath(); got != "pki/issuer/corp/sign-intermediate" {
+		t.Errorf("sign path %q", got)
+	}
+}

@@ -1,0 +1,125 @@
+package main
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/yaml"
+
+	"github.com/workload-ca/workload-ca/ca/upstream"
+	"github.com/workload-ca/workload-ca/ca/upstream/vault"
+	"github.com/workload-ca/workload-ca/metrics"
+)
+
+// upstreamFile is the YAML of --ca-upstream-config: the upstream CA that
+// issues the CA's intermediates (exactly one kind), and how the CA treats
+// it.
+type upstreamFile struct {
+	// Vault is a Vault or OpenBao PKI secrets engine.
+	Vault *vaultFile `json:"vault,omitempty"`
+	// NameConstraints asks the upstream to constrain each intermediate to
+	// the trust domain's SPIFFE IDs (a URI name constraint).
+	NameConstraints bool `json:"nameConstraints,omitempty"`
+	// Timeout bounds each request to the upstream (default 1m).
+	Timeout *metav1.Duration `json:"timeout,omitempty"`
+	// ReadyMargin: a replica is not ready once the active intermediate
+	// has less than this left (default 1h).
+	ReadyMargin *metav1.Duration `json:"readyMargin,omitempty"`
+}
+
+type vaultFile struct {
+	Address    string            `json:"address"`
+	CAFile     string            `json:"caFile,omitempty"`
+	Namespace  string            `json:"namespace,omitempty"`
+	Mount      string            `json:"mount,omitempty"`
+	Issuer     string            `json:"issuer,omitempty"`
+	TokenFile  string            `json:"tokenFile,omitempty"`
+	Kubernetes *vaultK8sAuthFile `json:"kubernetes,omitempty"`
+}
+
+type vaultK8sAuthFile struct {
+	Role      string `json:"role"`
+	Mount     string `json:"mount,omitempty"`
+	TokenFile string `json:"tokenFile,omitempty"`
+}
+
+// upstreamConfig is --ca-upstream-config, loaded and checked.
+type upstreamConfig struct {
+	Vault           *vault.Config
+	NameConstraints bool
+	Timeout         time.Duration
+	ReadyMargin     time.Duration
+}
+
+// loadUpstream reads and checks --ca-upstream-config.
+func loadUpstream(path string) (*upstreamConfig, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var f upstreamFile
+	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
+		return nil, err
+	}
+	out := &upstreamConfig{NameConstraints: f.NameConstraints, Timeout: time.Minute, ReadyMargin: time.Hour}
+	if f.Timeout != nil {
+		out.Timeout = f.Timeout.Duration
+	}
+	if f.ReadyMargin != nil {
+		out.ReadyMargin = f.ReadyMargin.Duration
+	}
+	var errs []error
+	if out.Timeout <= 0 || out.ReadyMargin < 0 {
+		errs = append(errs, errors.New("timeout must be positive and readyMargin not negative"))
+	}
+	switch v := f.Vault; {
+	case v == nil:
+		errs = append(errs, errors.New("name the upstream: vault"))
+	default:
+		vc := vault.Config{Address: v.Address, CAFile: v.CAFile, Namespace: v.Namespace, Mount: v.Mount,
+			Issuer: v.Issuer, TokenFile: v.TokenFile}
+		if vc.Mount == "" {
+			vc.Mount = "pki"
+		}
+		if k := v.Kubernetes; k != nil {
+			vc.KubernetesRole, vc.KubernetesMount, vc.KubernetesTokenFile = k.Role, k.Mount, k.TokenFile
+			if k.Role == "" {
+				errs = append(errs, errors.New("vault.kubernetes.role is required"))
+			}
+		}
+		if _, err := vault.New(vc); err != nil {
+			errs = append(errs, err)
+		}
+		out.Vault = &vc
+	}
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// describe names the upstream in logs and in serve --validate.
+func (u *upstreamConfig) describe() string {
+	return fmt.Sprintf("Vault PKI %s/%s", u.Vault.Address, u.Vault.Mount)
+}
+
+// minter returns the Minter of the configured upstream.
+func (a *app) upstreamMinter() (*upstream.Minter, error) {
+	u := a.cfg.Upstream
+	auth, err := vault.New(*u.Vault)
+	if err != nil {
+		return nil, err
+	}
+	obs := metrics.WatchUpstream(a.reg, time.Now, func() (time.Time, bool) {
+		if a.source == nil {
+			return time.Time{}, false
+		}
+		return a.source.SuccessorMissing()
+	})
+	return upstream.New(upstream.Config{Authority: auth, TrustDomain: a.cfg.TrustDomain, KeyType: a.cfg.CAKeyType,
+		Lifetime: a.cfg.CATTL, NameConstraints: u.NameConstraints, Timeout: u.Timeout, Observer: obs,
+		Logger: a.log.With("component", "upstream", "upstream", u.describe())})
+}
