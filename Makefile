@@ -22,6 +22,14 @@ CP_DIR       := $(CURDIR)/.controlplane/$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 # the control plane.
 ISTIO_VERSION := $(shell awk '$$1 == "istio.io/istio" {print $$2} $$1 == "require" && $$2 == "istio.io/istio" {print $$3}' e2e/istiotools/go.mod)
 ISTIOD       := $(CURDIR)/.controlplane/istiod-$(ISTIO_VERSION)/pilot-discovery
+# Vault, the upstream CA of the e2e suite's upstream tests, from the module
+# e2e/vaulttools/go.mod pins, cached by version beside the control plane.
+VAULT_VERSION := $(shell awk '$$1 == "github.com/hashicorp/vault" {print $$2}' e2e/vaulttools/go.mod)
+VAULT        := $(CURDIR)/.controlplane/vault-$(VAULT_VERSION)/vault
+# cert-manager's controllers (its approver, Issuer and CA signer), the
+# other upstream CA of those tests, from e2e/certmanagertools, with its CRDs.
+CERT_MANAGER_VERSION := $(shell awk '$$1 == "github.com/cert-manager/cert-manager" {print $$2}' e2e/certmanagertools/go.mod)
+CERT_MANAGER := $(CURDIR)/.controlplane/cert-manager-$(CERT_MANAGER_VERSION)/cm-controller
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -37,7 +45,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod
+.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -85,11 +93,11 @@ unit: ## Unit tests (race detector on), fuzz seed corpora included.
 
 # The suite runs the image's binary too; this machine's platform is enough.
 e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
-e2e: build image controlplane istiod prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build image controlplane istiod vault cert-manager prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
 		WORKLOAD_CA_IMAGE_SBOM=$(BIN)/image-sbom/$(subst /,-,$(HOST_PLATFORM)).cdx.json \
-		WORKLOAD_CA_ISTIOD=$(ISTIOD) TMPDIR=$(WORK); \
+		WORKLOAD_CA_ISTIOD=$(ISTIOD) WORKLOAD_CA_VAULT=$(VAULT) WORKLOAD_CA_CERT_MANAGER=$(CERT_MANAGER) TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
@@ -97,9 +105,9 @@ demo: build controlplane ## Run the CA against a local control plane and request
 	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) \
 		$(GO) run ./e2e/demo
 
-bench: build controlplane ## Performance at cluster scale: prints a table and writes bench-results.json.
+bench: build controlplane vault ## Performance at cluster scale: prints a table and writes bench-results.json.
 	mkdir -p $(WORK)
-	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca TMPDIR=$(WORK) GO=$(GO) \
+	WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_VAULT=$(VAULT) TMPDIR=$(WORK) GO=$(GO) \
 		$(GO) run ./e2e/bench --out $(CURDIR)/bench-results.json $(BENCH_FLAGS)
 
 # The cold start of a cluster of 5,000 nodes, each ztunnel asking for 30
@@ -218,6 +226,20 @@ istiod: $(ISTIOD) ## Build istiod's pilot-discovery for the e2e suite (cached by
 $(ISTIOD):
 	mkdir -p $(dir $@)
 	cd e2e/istiotools && $(GO) build -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery
+	mv $@.tmp $@
+
+vault: $(VAULT) ## Build Vault for the e2e suite's upstream CA tests (cached by version).
+$(VAULT):
+	mkdir -p $(dir $@)
+	cd e2e/vaulttools && $(GO) build -o $@.tmp github.com/hashicorp/vault
+	mv $@.tmp $@
+
+cert-manager: $(CERT_MANAGER) ## Build cert-manager's controllers and copy its CRDs for the e2e suite (cached by version).
+$(CERT_MANAGER):
+	mkdir -p $(dir $@)crds
+	cd e2e/certmanagertools && $(GO) build -o $@.tmp . && \
+		cp $$($(GO) list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds/cert-manager.io_*.yaml $(dir $@)crds/
+	chmod u+w $(dir $@)crds/*.yaml
 	mv $@.tmp $@
 
 # local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs

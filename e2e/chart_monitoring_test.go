@@ -116,19 +116,20 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		return map[string]string{"series": name + "{" + l + "}", "values": values}
 	}
 	const (
-		expiry   = "workload_ca_ca_cert_expiry_timestamp_seconds"
-		leader   = "workload_ca_leader"
-		requests = "workload_ca_certificate_requests_total"
-		synced   = "workload_ca_podindex_synced"
-		rootCMs  = "workload_ca_root_configmap_publish_total"
-		reviews  = "workload_ca_tokenreview_requests_total"
-		latency  = "workload_ca_issuance_duration_seconds_bucket"
-		serving  = "workload_ca_serving_cert_expiry_timestamp_seconds"
-		istiod   = "workload_ca_istiod_cert_expiry_timestamp_seconds"
-		nextStep = "workload_ca_rotation_next_step_timestamp_seconds"
-		fedAge   = "workload_ca_federation_bundle_age_seconds"
-		fedLast  = "workload_ca_federation_bundle_last_success_timestamp_seconds"
-		year     = "31536000x180"
+		expiry      = "workload_ca_ca_cert_expiry_timestamp_seconds"
+		leader      = "workload_ca_leader"
+		requests    = "workload_ca_certificate_requests_total"
+		synced      = "workload_ca_podindex_synced"
+		rootCMs     = "workload_ca_root_configmap_publish_total"
+		reviews     = "workload_ca_tokenreview_requests_total"
+		latency     = "workload_ca_issuance_duration_seconds_bucket"
+		serving     = "workload_ca_serving_cert_expiry_timestamp_seconds"
+		istiod      = "workload_ca_istiod_cert_expiry_timestamp_seconds"
+		nextStep    = "workload_ca_rotation_next_step_timestamp_seconds"
+		fedAge      = "workload_ca_federation_bundle_age_seconds"
+		fedLast     = "workload_ca_federation_bundle_last_success_timestamp_seconds"
+		noSuccessor = "workload_ca_upstream_expiry_without_successor_seconds"
+		year        = "31536000x180"
 	)
 	type alert struct {
 		Labels      map[string]string `json:"exp_labels"`
@@ -229,6 +230,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(latency, `pod="p0",result="issued",le="+Inf"`, "0+60x180"), // every answer over 2.5s
 		series(serving, `pod="p0"`, "10800x180"),                          // 1h left at 2h
 		series(istiod, `pod="p0"`, "10800x180"),
+		series(noSuccessor, `pod="p0"`, "3600x180"), // the upstream has not issued the next intermediate
 	}, Alerts: []alertTest{
 		at("WorkloadCAErrorRatio", alert{nsLabels("severity", "warning"),
 			expect("WorkloadCAErrorRatio", "{{ $value | humanizePercentage }}", "50%")}),
@@ -246,6 +248,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 			expect("WorkloadCAIntermediateExpiringSoon", "{{ $labels.kind }}", "intermediate",
 				"{{ $value | humanizeDuration }}", "4d 22h 0m 0s")}),
 		at("WorkloadCADown", alert{nsLabels("severity", "critical", "job", job), expect("WorkloadCADown")}),
+		at("WorkloadCAUpstreamSuccessorMissing", alert{nsLabels("severity", "warning"),
+			expect("WorkloadCAUpstreamSuccessorMissing", "{{ $value | humanizeDuration }}", "1h 0m 0s")}),
 	}}
 	if len(annotations) < 15 {
 		t.Fatalf("the PrometheusRule has %d alerts, want at least 15", len(annotations))

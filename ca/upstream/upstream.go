@@ -80,9 +80,18 @@ type Config struct {
 	Lifetime time.Duration
 	// NameConstraints: see Request.NameConstraints.
 	NameConstraints bool
+	// AnyPathLength accepts an intermediate that may issue CA certificates
+	// (Check wants path length 0), for upstreams that cannot express it:
+	// cert-manager's CertificateRequest has no field for it, and its
+	// issuers override the CSR's. Generate then logs a warning.
+	AnyPathLength bool
 	// Timeout bounds each request to the upstream (default one minute).
 	Timeout time.Duration
-	Logger  *slog.Logger
+	// Now is the clock the answer is checked with when it arrives
+	// (default time.Now): an upstream that does not backdate (cert-manager)
+	// issues certificates valid from the moment it signs.
+	Now    func() time.Time
+	Logger *slog.Logger
 	// Observer is told each attempt's outcome.
 	Observer Observer
 }
@@ -123,12 +132,16 @@ func New(cfg Config) (*Minter, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
 	return &Minter{cfg: cfg}, nil
 }
 
 // Generate makes a new intermediate key, has the upstream issue its
 // certificate, and returns the checked material: the intermediate and its
 // key, the upstream's intermediates, and its trust anchor as the only root.
+// The answer is checked when it arrives (Config.Now), not at now.
 func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, error) {
 	key, err := keystore.NewKey(m.cfg.KeyType)
 	if err != nil {
@@ -157,7 +170,7 @@ func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, err
 		TTL: m.cfg.Lifetime, NameConstraints: m.cfg.NameConstraints})
 	var mat *ca.Material
 	if err == nil {
-		mat, err = m.check(issued, key, now)
+		mat, err = m.check(issued, key, later(now, m.cfg.Now()))
 	}
 	m.cfg.Observer.UpstreamRequest(err, time.Since(start))
 	if err != nil {
@@ -169,29 +182,40 @@ func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, err
 	return mat, nil
 }
 
-// check is Check with the Minter's trust domain.
+// check is Check with the Minter's trust domain and options.
 func (m *Minter) check(issued Issued, key crypto.Signer, now time.Time) (*ca.Material, error) {
-	return Check(issued, key, m.cfg.TrustDomain, now)
+	mat, err := Check(issued, key, CheckOptions{TrustDomain: m.cfg.TrustDomain, Now: now, AnyPathLength: m.cfg.AnyPathLength})
+	if err == nil && !pathLenZero(mat.Cert) {
+		m.cfg.Logger.Warn("the upstream issued an intermediate that may issue CA certificates (it cannot be asked for path length 0); "+
+			"the CA never does, but a stolen intermediate key could", "serial", fmt.Sprintf("%x", mat.Cert.SerialNumber), "path_length", pathLen(mat.Cert))
+	}
+	return mat, err
+}
+
+// CheckOptions are what Check checks an answer against.
+type CheckOptions struct {
+	TrustDomain spiffeid.TrustDomain
+	Now         time.Time
+	// AnyPathLength: see Config.AnyPathLength.
+	AnyPathLength bool
 }
 
 // Check returns the signing material of an upstream's answer for key, or
 // why the CA refuses it (wrapping ErrUpstream): Cert must be a CA allowed
-// to sign certificates, of path length 0 (it issues leaves only), for
-// key, valid at now, and chain through Chain, in order, to its last
+// to sign certificates, of path length 0 (it issues leaves only; unless
+// opts.AnyPathLength), for key, valid at opts.Now, and chain through Chain, in order, to its last
 // certificate (the trust anchor); a leaf it signs must verify to that
 // anchor for client and server authentication (the constraints of the
 // upstream's CAs, a name constraint among them, must allow the trust
 // domain's SPIFFE IDs).
-func Check(issued Issued, key crypto.Signer, td spiffeid.TrustDomain, now time.Time) (*ca.Material, error) {
+func Check(issued Issued, key crypto.Signer, opts CheckOptions) (*ca.Material, error) {
 	c := issued.Cert
 	switch {
 	case c == nil:
 		return nil, refused("no certificate")
 	case !c.BasicConstraintsValid || !c.IsCA:
 		return nil, refused("%s is not a CA certificate", describe(c))
-	case c.MaxPathLen != 0 || (!c.MaxPathLenZero && c.MaxPathLen == 0):
-		// crypto/x509 reads an absent path length as -1, and 0 with
-		// MaxPathLenZero as an explicit 0.
+	case !opts.AnyPathLength && !pathLenZero(c):
 		return nil, refused("%s may issue CA certificates (path length %s), want path length 0", describe(c), pathLen(c))
 	case !keyutil.Equal(c.PublicKey, key.Public()):
 		return nil, refused("%s is not for the key the CA asked for", describe(c))
@@ -211,7 +235,7 @@ func Check(issued Issued, key crypto.Signer, td spiffeid.TrustDomain, now time.T
 	m := &ca.Material{Signer: key, Cert: c, Intermediates: slices.Clone(issued.Chain[:n-1]), Roots: issued.Chain[n-1:]}
 	// ca.New checks the rest as it will when the material signs: validity,
 	// key usage, the chain, the trust domain, and a leaf's verification.
-	if _, err := ca.New(ca.Config{TrustDomain: td, Clock: fixedClock(now)}, m); err != nil {
+	if _, err := ca.New(ca.Config{TrustDomain: opts.TrustDomain, Clock: fixedClock(opts.Now)}, m); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
 	}
 	return m, nil
@@ -225,11 +249,24 @@ func describe(c *x509.Certificate) string {
 	return fmt.Sprintf("(subject %q, serial %x)", c.Subject.String(), c.SerialNumber)
 }
 
+// pathLenZero reports an explicit path length of 0: crypto/x509 reads an
+// absent one as -1 (or 0 without MaxPathLenZero).
+func pathLenZero(c *x509.Certificate) bool {
+	return c.MaxPathLen == 0 && c.MaxPathLenZero
+}
+
 func pathLen(c *x509.Certificate) string {
 	if c.MaxPathLen < 0 || (c.MaxPathLen == 0 && !c.MaxPathLenZero) {
 		return "unlimited"
 	}
 	return fmt.Sprint(c.MaxPathLen)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // fixedClock is a clock.PassiveClock stopped at a moment.

@@ -87,12 +87,16 @@ func TestGenerate(t *testing.T) {
 		edit      func(*x509.Certificate)
 		wantErr   string
 		wantChain int
+		// anyPathLen: Config.AnyPathLength.
+		anyPathLen bool
 	}{
 		{name: "issued by the upstream root", issuer: root},
 		{name: "issued by an upstream intermediate", issuer: company, wantChain: 1},
 		{name: "path length unlimited is refused", issuer: root, edit: func(c *x509.Certificate) { c.MaxPathLen, c.MaxPathLenZero = -1, false },
 			wantErr: "path length unlimited"},
 		{name: "path length 1 is refused", issuer: root, edit: func(c *x509.Certificate) { c.MaxPathLen = 1 }, wantErr: "path length 1"},
+		{name: "path length unlimited is taken where the upstream cannot be asked", issuer: root, anyPathLen: true,
+			edit: func(c *x509.Certificate) { c.MaxPathLen, c.MaxPathLenZero = -1, false }},
 		{name: "not a CA is refused", issuer: root, edit: func(c *x509.Certificate) { c.IsCA, c.MaxPathLenZero = false, false }, wantErr: "not a CA"},
 		{name: "no certSign is refused", issuer: root, edit: func(c *x509.Certificate) { c.KeyUsage = x509.KeyUsageCRLSign }, wantErr: "certSign"},
 		{name: "expired is refused", issuer: root, edit: func(c *x509.Certificate) {
@@ -112,7 +116,12 @@ func TestGenerate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			up := &fakeUpstream{t: t, issuer: tt.issuer, edit: tt.edit}
 			obs := &observed{}
-			m, err := newMinter(t, up, obs).Generate(t.Context(), time.Now())
+			minter, err := upstream.New(upstream.Config{Authority: up, TrustDomain: td, Lifetime: 30 * 24 * time.Hour,
+				AnyPathLength: tt.anyPathLen, Observer: obs})
+			if err != nil {
+				t.Fatal(err)
+			}
+			m, err := minter.Generate(t.Context(), time.Now())
 			if len(obs.errs) != 1 {
 				t.Fatalf("observer told %d outcomes, want 1", len(obs.errs))
 			}
@@ -207,7 +216,7 @@ func TestCheckChainOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := upstream.Check(tt.issued, tt.key, td, now)
+			m, err := upstream.Check(tt.issued, tt.key, upstream.CheckOptions{TrustDomain: td, Now: now})
 			if tt.wantErr == "" {
 				if err != nil {
 					t.Fatal(err)

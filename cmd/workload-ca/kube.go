@@ -5,6 +5,7 @@ import (
 	"net"
 	"time"
 
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -34,6 +35,8 @@ type kubeClients struct {
 	caState, bundles, rootConfigMaps, podCerts, istiodCert kubernetes.Interface
 	// remoteSecrets watches the Secrets of remote clusters.
 	remoteSecrets kubernetes.Interface
+	// upstream writes the CertificateRequests of a cert-manager upstream.
+	upstream dynamic.Interface
 }
 
 // Leader election's own rate limit, independent of --kube-api-qps: a
@@ -111,5 +114,13 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		}
 		*c.client = cs
 	}
+	cfg := rest.CopyConfig(base)
+	cfg.UserAgent += " (upstream)"
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("kubernetes client for upstream: %w", err)
+	}
+	k.upstream = dyn
 	return k, nil
 }

@@ -151,7 +151,7 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
 	fs.StringVar(&c.CARootDir, "ca-root-dir", "", "with --ca-secret: directory of a plug-in root CA (root-cert.pem, signing root first, and root-key.pem; or tls.crt, tls.key, ca.crt), reloaded when it changes; the CA signs with intermediates it mints from the root and rotates, kept in the Secret without the root key; the trust bundle is the directory's roots")
 	fs.StringVar(&c.CAKeyURI, "ca-key-uri", "", "KMS or HSM URI (go.step.sm/crypto: pkcs11:, awskms:, cloudkms:, azurekms:, softkms:) of the key of --ca-dir's signing certificate or of --ca-root-dir's root, which the directory then holds without a key file; give a PKCS#11 PIN in a file (pin-source=/path)")
-	fs.StringVar(&c.UpstreamConfig, "ca-upstream-config", "", "with --ca-secret: YAML file naming an upstream CA (Vault or OpenBao PKI) that issues the CA's intermediates to keys the CA generates; leaves are still signed here, the upstream is asked once per rotation, and the trust bundle is the upstream's root (see docs/upstream.md)")
+	fs.StringVar(&c.UpstreamConfig, "ca-upstream-config", "", "with --ca-secret: YAML file naming an upstream CA (Vault or OpenBao PKI, or a cert-manager issuer) that issues the CA's intermediates to keys the CA generates; leaves are still signed here, the upstream is asked once per rotation, and the trust bundle is the upstream's root (see docs/upstream.md)")
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
 	fs.section("Rotation (with --ca-secret)")
@@ -309,7 +309,7 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
 	if c.UpstreamConfig != "" {
-		u, err := loadUpstream(c.UpstreamConfig)
+		u, err := loadUpstream(c.UpstreamConfig, ns)
 		if err != nil {
 			return []error{fmt.Errorf("--ca-upstream-config: %w", err)}
 		}

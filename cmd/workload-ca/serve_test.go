@@ -63,6 +63,9 @@ func TestParseServeFlags(t *testing.T) {
 					t.Fatalf("CARootDir = %q", c.CARootDir)
 				}
 			}},
+		{name: "upstream needs ca secret", args: []string{"--ca-dir", "/ca", "--ca-upstream-config", "/up.yaml"}, wantErr: "--ca-upstream-config requires --ca-secret"},
+		{name: "upstream or plug-in root, not both", args: []string{"--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca", "--ca-upstream-config", "/up.yaml"}, wantErr: "excludes --ca-root-dir"},
+		{name: "upstream config must exist", args: []string{"--ca-secret", "ns/ca", "--ca-upstream-config", "/nonexistent/up.yaml"}, wantErr: "--ca-upstream-config"},
 		{name: "plug-in root needs ca secret", args: []string{"--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
 		{name: "plug-in root is not for ca dir", args: []string{"--ca-dir", "/ca", "--ca-root-dir", "/root-ca"}, wantErr: "--ca-root-dir requires --ca-secret"},
 		{name: "plug-in root, still one CA source", args: []string{"--ca-dir", "/ca", "--ca-secret", "ns/ca", "--ca-root-dir", "/root-ca"}, wantErr: "exactly one of"},

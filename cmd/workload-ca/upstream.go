@@ -10,6 +10,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/workload-ca/workload-ca/ca/upstream"
+	"github.com/workload-ca/workload-ca/ca/upstream/certmanager"
 	"github.com/workload-ca/workload-ca/ca/upstream/vault"
 	"github.com/workload-ca/workload-ca/metrics"
 )
@@ -20,6 +21,8 @@ import (
 type upstreamFile struct {
 	// Vault is a Vault or OpenBao PKI secrets engine.
 	Vault *vaultFile `json:"vault,omitempty"`
+	// CertManager is a cert-manager Issuer or ClusterIssuer.
+	CertManager *certManagerFile `json:"certManager,omitempty"`
 	// NameConstraints asks the upstream to constrain each intermediate to
 	// the trust domain's SPIFFE IDs (a URI name constraint).
 	NameConstraints bool `json:"nameConstraints,omitempty"`
@@ -46,16 +49,29 @@ type vaultK8sAuthFile struct {
 	TokenFile string `json:"tokenFile,omitempty"`
 }
 
+type certManagerFile struct {
+	IssuerRef struct {
+		Name  string `json:"name"`
+		Kind  string `json:"kind,omitempty"`
+		Group string `json:"group,omitempty"`
+	} `json:"issuerRef"`
+	// Namespace of the CertificateRequests; default the CA Secret's.
+	Namespace string `json:"namespace,omitempty"`
+}
+
 // upstreamConfig is --ca-upstream-config, loaded and checked.
 type upstreamConfig struct {
-	Vault           *vault.Config
+	Vault *vault.Config
+	// CertManager's Client is set when the CA is wired.
+	CertManager     *certmanager.Config
 	NameConstraints bool
 	Timeout         time.Duration
 	ReadyMargin     time.Duration
 }
 
-// loadUpstream reads and checks --ca-upstream-config.
-func loadUpstream(path string) (*upstreamConfig, error) {
+// loadUpstream reads and checks --ca-upstream-config; namespace is the CA
+// Secret's, where CertificateRequests go by default.
+func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 	raw, err := os.ReadFile(path)
 	if err != nil {
 		return nil, err
@@ -75,9 +91,20 @@ func loadUpstream(path string) (*upstreamConfig, error) {
 	if out.Timeout <= 0 || out.ReadyMargin < 0 {
 		errs = append(errs, errors.New("timeout must be positive and readyMargin not negative"))
 	}
-	switch v := f.Vault; {
-	case v == nil:
-		errs = append(errs, errors.New("name the upstream: vault"))
+	switch v, cm := f.Vault, f.CertManager; {
+	case (v == nil) == (cm == nil):
+		errs = append(errs, errors.New("name exactly one upstream: vault or certManager"))
+	case cm != nil:
+		cc := certmanager.Config{Namespace: cm.Namespace, IssuerName: cm.IssuerRef.Name, IssuerKind: cm.IssuerRef.Kind,
+			IssuerGroup: cm.IssuerRef.Group}
+		if cc.Namespace == "" {
+			cc.Namespace = namespace
+		}
+		cc, err := cc.WithDefaults()
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out.CertManager = &cc
 	default:
 		vc := vault.Config{Address: v.Address, CAFile: v.CAFile, Namespace: v.Namespace, Mount: v.Mount,
 			Issuer: v.Issuer, TokenFile: v.TokenFile}
@@ -103,13 +130,24 @@ func loadUpstream(path string) (*upstreamConfig, error) {
 
 // describe names the upstream in logs and in serve --validate.
 func (u *upstreamConfig) describe() string {
+	if c := u.CertManager; c != nil {
+		return fmt.Sprintf("cert-manager %s %s (CertificateRequests in %s)", c.IssuerKind, c.IssuerName, c.Namespace)
+	}
 	return fmt.Sprintf("Vault PKI %s/%s", u.Vault.Address, u.Vault.Mount)
 }
 
 // minter returns the Minter of the configured upstream.
 func (a *app) upstreamMinter() (*upstream.Minter, error) {
 	u := a.cfg.Upstream
-	auth, err := vault.New(*u.Vault)
+	var auth upstream.Authority
+	var err error
+	if u.CertManager != nil {
+		cc := *u.CertManager
+		cc.Client, cc.Logger = a.kube.upstream, a.log.With("component", "upstream")
+		auth, err = certmanager.New(cc)
+	} else {
+		auth, err = vault.New(*u.Vault)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -120,6 +158,6 @@ func (a *app) upstreamMinter() (*upstream.Minter, error) {
 		return a.source.SuccessorMissing()
 	})
 	return upstream.New(upstream.Config{Authority: auth, TrustDomain: a.cfg.TrustDomain, KeyType: a.cfg.CAKeyType,
-		Lifetime: a.cfg.CATTL, NameConstraints: u.NameConstraints, Timeout: u.Timeout, Observer: obs,
+		Lifetime: a.cfg.CATTL, NameConstraints: u.NameConstraints, AnyPathLength: u.CertManager != nil, Timeout: u.Timeout, Observer: obs,
 		Logger: a.log.With("component", "upstream", "upstream", u.describe())})
 }

@@ -45,6 +45,7 @@ import (
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
 	"github.com/workload-ca/workload-ca/e2e/internal/proc"
+	"github.com/workload-ca/workload-ca/e2e/internal/vaultserver"
 )
 
 // options are the command line.
@@ -70,6 +71,8 @@ type options struct {
 	strict                         bool
 	placement                      string
 	twoClusterRounds               int
+	upstreamRounds                 int
+	vault                          string
 }
 
 func main() {
@@ -107,6 +110,8 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
 	fs.IntVar(&o.twoClusterRounds, "two-cluster-rounds", 3, "rounds of the two-cluster comparison (each a one-cluster and a two-cluster run, interleaved); 0 skips it")
+	fs.IntVar(&o.upstreamRounds, "upstream-rounds", 3, "rounds of the upstream comparison (each the CA on its local root and on an intermediate a real Vault issued, interleaved); 0 skips it")
+	fs.StringVar(&o.vault, "vault", os.Getenv(vaultserver.EnvBinary), "Vault binary of the upstream comparison; default $"+vaultserver.EnvBinary)
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -296,6 +301,9 @@ func (b *bench) endToEnd(ctx context.Context) (err error) {
 	}
 	if !b.opts.stormOnly && b.opts.twoClusterRounds > 0 && ctx.Err() == nil {
 		errs = append(errs, b.measureTwoClusters(ctx, cp, fixture))
+	}
+	if !b.opts.stormOnly && b.opts.upstreamRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measureUpstream(ctx, cp, e2ePlan))
 	}
 	if ctx.Err() != nil {
 		return errors.Join(append(errs, ctx.Err())...)

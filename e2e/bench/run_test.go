@@ -21,7 +21,7 @@ func TestBenchRuns(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench-results.json")
 	code := mainCode(t.Context(), []string{"--out", out, "--podindex=false",
 		"--ztunnels", "4", "--identities", "3", "--storm-ztunnels", "4", "--storm-identities", "3",
-		"--duration", "2s", "--warmup", "500ms", "--half-warmup", "500ms", "--floor-time", "300ms", "--two-cluster-rounds", "1"})
+		"--duration", "2s", "--warmup", "500ms", "--half-warmup", "500ms", "--floor-time", "300ms", "--two-cluster-rounds", "1", "--upstream-rounds", "1"})
 	if code != 0 {
 		t.Fatalf("bench exited %d", code)
 	}
@@ -38,6 +38,7 @@ func TestBenchRuns(t *testing.T) {
 		"p99_ms_at_half_rate", "storm_distinct_tokens", "start_to_ready_seconds",
 		"half_rate_certs_per_sec", "service_p99_ms_at_half_rate", "idle_bytes_per_connection",
 		"two_cluster_certs_per_sec", "two_cluster_one_cluster_certs_per_sec", "two_cluster_rate_ratio",
+		"upstream_certs_per_sec", "upstream_local_root_certs_per_sec", "upstream_rate_ratio",
 	} {
 		if v, ok := res[key].(float64); !ok || v <= 0 {
 			t.Errorf("%s = %v, want a positive number", key, res[key])
@@ -49,7 +50,7 @@ func TestBenchRuns(t *testing.T) {
 			t.Errorf("%s = %v, want 0 to storm_distinct_tokens (%v)", key, res[key], res["storm_distinct_tokens"])
 		}
 	}
-	for _, key := range []string{"e2e_errors", "half_rate_errors", "storm_leader_changes", "storm_aggressive_leader_changes", "two_cluster_errors"} {
+	for _, key := range []string{"e2e_errors", "half_rate_errors", "storm_leader_changes", "storm_aggressive_leader_changes", "two_cluster_errors", "upstream_errors"} {
 		if v, ok := res[key].(float64); !ok || v != 0 {
 			t.Errorf("%s = %v, want 0", key, res[key])
 		}

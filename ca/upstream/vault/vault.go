@@ -14,9 +14,7 @@
 package vault
 
 import (
-	"bytes"
 	"context"
-	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -189,7 +187,7 @@ func parseAnswer(secret *api.Secret) (upstream.Issued, error) {
 		return upstream.Issued{}, errors.New("empty answer")
 	}
 	certPEM, _ := secret.Data["certificate"].(string)
-	certs, err := parsePEM(certPEM)
+	certs, err := upstream.ParseCertificates([]byte(certPEM))
 	if err != nil || len(certs) != 1 {
 		return upstream.Issued{}, fmt.Errorf("answer's certificate: want one PEM certificate (%v)", err)
 	}
@@ -206,7 +204,7 @@ func parseAnswer(secret *api.Secret) (upstream.Issued, error) {
 		chain = []string{s}
 	}
 	for i, s := range chain {
-		certs, err := parsePEM(s)
+		certs, err := upstream.ParseCertificates([]byte(s))
 		if err != nil {
 			return upstream.Issued{}, fmt.Errorf("answer's ca_chain %d: %w", i, err)
 		}
@@ -217,29 +215,4 @@ func parseAnswer(secret *api.Secret) (upstream.Issued, error) {
 		}
 	}
 	return issued, nil
-}
-
-// parsePEM parses every CERTIFICATE block of s; anything else is an error.
-func parsePEM(s string) ([]*x509.Certificate, error) {
-	rest := []byte(s)
-	var out []*x509.Certificate
-	for {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			break
-		}
-		if b.Type != "CERTIFICATE" {
-			return nil, fmt.Errorf("PEM block %q, want CERTIFICATE", b.Type)
-		}
-		c, err := x509.ParseCertificate(b.Bytes)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, c)
-	}
-	if len(out) == 0 || len(bytes.TrimSpace(rest)) != 0 {
-		return nil, errors.New("no PEM certificate, or trailing data")
-	}
-	return out, nil
 }

@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+
+	"github.com/workload-ca/workload-ca/e2e/controlplane"
+	"github.com/workload-ca/workload-ca/e2e/internal/vaultserver"
+)
+
+// measureUpstream compares the maximum rate of a CA signing with an
+// intermediate a real Vault issued (--ca-upstream-config) with that of the
+// CA on its local root (--ca-dir), round by round, interleaved, so the two
+// see the same machine conditions. Signing is local either way: the
+// figure is the ratio of the medians, and the target is that it shows no
+// cost (0.95 or more; the rounds' spread is the machine's).
+func (b *bench) measureUpstream(ctx context.Context, cp *controlplane.ControlPlane, plan string) (err error) {
+	if b.opts.vault == "" {
+		return fmt.Errorf("upstream: no Vault binary: set %s (make bench builds it) or --vault, or --upstream-rounds 0", vaultserver.EnvBinary)
+	}
+	b.logf("upstream: starting Vault, its PKI engine the CA's upstream")
+	startCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	dir := filepath.Join(b.workDir, "vault")
+	v, err := vaultserver.Start(startCtx, b.opts.vault, dir)
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	defer func() { err = errors.Join(err, v.Stop()) }()
+	if _, err := v.SetUpPKI(startCtx); err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	token, err := v.PolicyToken(startCtx, time.Hour)
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	tokenFile, config := filepath.Join(dir, "token"), filepath.Join(dir, "upstream.yaml")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		return err
+	}
+	yaml := fmt.Sprintf("vault:\n  address: http://%s\n  mount: pki\n  tokenFile: %s\n", v.Addr, tokenFile)
+	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
+		return err
+	}
+	upstreamArgs := []string{"--ca-secret", "istio-system/workload-ca-bench-upstream", "--ca-upstream-config", config}
+
+	window := max(3*time.Second, b.opts.duration/2)
+	var local, upstream []float64
+	var errs float64
+	for round := range b.opts.upstreamRounds {
+		for _, run := range []struct {
+			name  string
+			args  []string
+			rates *[]float64
+		}{{"local root", nil, &local}, {"Vault intermediate", upstreamArgs, &upstream}} {
+			ca, err := b.startCA(startCtx, cp, "upstream", run.args...)
+			if err != nil {
+				return fmt.Errorf("upstream, round %d, %s: %w", round+1, run.name, err)
+			}
+			rate, failed, err := b.maxRateOf(ctx, cp, ca, plan, window)
+			err = errors.Join(err, ca.Stop())
+			if err != nil {
+				return fmt.Errorf("upstream, round %d, %s: %w", round+1, run.name, err)
+			}
+			*run.rates = append(*run.rates, rate)
+			errs += failed
+			b.logf("  round %d, %s: %.0f certs/s, errors %.0f", round+1, run.name, rate, failed)
+		}
+	}
+	ml, mu := median(local), median(upstream)
+	b.res.set("upstream_rounds", len(local))
+	b.res.set("upstream_local_root_certs_per_sec", ml)
+	b.res.set("upstream_certs_per_sec", mu)
+	b.res.set("upstream_errors", errs)
+	if ml > 0 {
+		b.res.set("upstream_rate_ratio", mu/ml)
+	}
+	b.logf("  median of %d rounds: local root %.0f certs/s (%.0f-%.0f), Vault intermediate %.0f certs/s (%.0f-%.0f), ratio %.3f",
+		len(local), ml, slices.Min(local), slices.Max(local), mu, slices.Min(upstream), slices.Max(upstream), mu/ml)
+	return nil
+}
