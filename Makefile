@@ -22,10 +22,12 @@ CP_DIR       := $(CURDIR)/.controlplane/$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 # the control plane.
 ISTIO_VERSION := $(shell awk '$$1 == "istio.io/istio" {print $$2} $$1 == "require" && $$2 == "istio.io/istio" {print $$3}' e2e/istiotools/go.mod)
 ISTIOD       := $(CURDIR)/.controlplane/istiod-$(ISTIO_VERSION)/pilot-discovery
-# Vault, the upstream CA of the e2e suite's upstream tests, from the module
-# e2e/vaulttools/go.mod pins, cached by version beside the control plane.
+# Vault, the upstream CA of the e2e suite's upstream tests and of the bench:
+# its server core with the PKI engine and Kubernetes auth
+# (e2e/vaulttools/vaultserver), from the module e2e/vaulttools/go.mod pins,
+# cached by version beside the control plane.
 VAULT_VERSION := $(shell awk '$$1 == "github.com/hashicorp/vault" {print $$2}' e2e/vaulttools/go.mod)
-VAULT        := $(CURDIR)/.controlplane/vault-$(VAULT_VERSION)/vault
+VAULT        := $(CURDIR)/.controlplane/vault-$(VAULT_VERSION)/vault-server
 # cert-manager's controllers (its approver, Issuer and CA signer), the
 # other upstream CA of those tests, from e2e/certmanagertools, with its CRDs.
 CERT_MANAGER_VERSION := $(shell awk '$$1 == "github.com/cert-manager/cert-manager" {print $$2}' e2e/certmanagertools/go.mod)
@@ -231,7 +233,7 @@ $(ISTIOD):
 vault: $(VAULT) ## Build Vault for the e2e suite's upstream CA tests (cached by version).
 $(VAULT):
 	mkdir -p $(dir $@)
-	cd e2e/vaulttools && $(GO) build -o $@.tmp github.com/hashicorp/vault
+	cd e2e/vaulttools && $(GO) build -o $@.tmp ./vaultserver
 	mv $@.tmp $@
 
 cert-manager: $(CERT_MANAGER) ## Build cert-manager's controllers and copy its CRDs for the e2e suite (cached by version).

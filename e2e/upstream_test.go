@@ -25,7 +25,7 @@ import (
 // and Vault's root.
 func startVault(t *testing.T, dir string) (*vaultserver.Server, *x509.Certificate) {
 	t.Helper()
-	bin := toolBinary(t, "vault", vaultserver.EnvBinary)
+	bin := toolBinary(t, "vault-server", vaultserver.EnvBinary)
 	v, err := vaultserver.Start(t.Context(), bin, dir)
 	if err != nil {
 		t.Fatal(err)

@@ -113,8 +113,13 @@ func (b *bench) stealGroups() map[string][]int {
 // runLoadtest runs the load generator as a process of its own against ca,
 // sampling the CPU time of the CA, the apiserver, etcd and itself.
 func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, args ...string) (*loadRun, error) {
+	rootCert, removeRoots, err := ca.RootCertFile(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer removeRoots()
 	args = append([]string{"loadtest", "--output", "json", "--addr", ca.Addr(), "--server-name", cahost.ServerName,
-		"--root-cert", ca.RootCertPath()}, args...)
+		"--root-cert", rootCert}, args...)
 	b.logf("  %s %v", filepath.Base(b.opts.binary), args)
 	var stdout bytes.Buffer
 	p, err := proc.Start("workload-ca loadtest", b.opts.binary, args, cahost.ChildEnv(), &stdout,

@@ -456,10 +456,10 @@ func (c *CA) rootsSource() string {
 	return c.RootCertPath()
 }
 
-// rootCertFile returns a file holding the roots for `workload-ca request
+// RootCertFile returns a file holding the roots for `workload-ca request
 // --root-cert`: RootCertPath, or a temporary copy of what Options.Roots
 // returns, removed by the returned func.
-func (c *CA) rootCertFile(ctx context.Context) (string, func(), error) {
+func (c *CA) RootCertFile(ctx context.Context) (string, func(), error) {
 	if c.opts.Roots == nil {
 		return c.RootCertPath(), func() {}, nil
 	}

@@ -81,7 +81,7 @@ func (c *CA) Request(ctx context.Context, r RequestArgs) (Result, error) {
 		return Result{}, err
 	}
 	defer os.Remove(tokenFile)
-	rootFile, removeRoots, err := c.rootCertFile(ctx)
+	rootFile, removeRoots, err := c.RootCertFile(ctx)
 	if err != nil {
 		return Result{}, err
 	}

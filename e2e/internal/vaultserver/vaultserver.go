@@ -1,9 +1,11 @@
 // Package vaultserver runs a real Vault server on loopback for the e2e
-// suite and the bench: file storage (so that it can be stopped and started
-// again with its PKI intact), initialized with one unseal key, unsealed at
-// each start, and set up as the upstream CA of workload-ca: a PKI secrets
-// engine with a root of its own, a policy that may only sign
-// intermediates, and the Kubernetes auth method or a token for it.
+// suite and the bench (the program e2e/vaulttools/vaultserver: Vault's core
+// and HTTP API with its PKI engine and Kubernetes auth method): file
+// storage (so that it can be stopped and started again with its PKI
+// intact), initialized with one unseal key, unsealed at each start, and set
+// up as the upstream CA of workload-ca: a PKI secrets engine with a root of
+// its own, a policy that may only sign intermediates, and the Kubernetes
+// auth method or a token for it.
 package vaultserver
 
 import (
@@ -32,7 +34,7 @@ const Policy = "workload-ca"
 
 // Server is one Vault server process and its root token's client.
 type Server struct {
-	bin, dir, config string
+	bin, dir string
 	// Addr is host:port of its HTTP API.
 	Addr      string
 	p         *proc.Process
@@ -48,27 +50,13 @@ func Start(ctx context.Context, bin, dir string) (*Server, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "data"), 0o755); err != nil {
 		return nil, err
 	}
-	s := &Server{bin: bin, dir: dir, config: filepath.Join(dir, "vault.hcl")}
+	s := &Server{bin: bin, dir: dir}
 	err := proc.RetryPorts(func() error {
-		ports, err := proc.FreePorts(2)
+		ports, err := proc.FreePorts(1)
 		if err != nil {
 			return err
 		}
 		s.Addr = "127.0.0.1:" + strconv.Itoa(ports[0])
-		hcl := fmt.Sprintf(`storage "file" { path = %q }
-listener "tcp" {
-  address = %q
-  cluster_address = "127.0.0.1:%d"
-  tls_disable = true
-}
-api_addr = "http://%s"
-cluster_addr = "https://127.0.0.1:%d"
-disable_mlock = true
-ui = false
-`, filepath.Join(dir, "data"), s.Addr, ports[1], s.Addr, ports[1])
-		if err := os.WriteFile(s.config, []byte(hcl), 0o600); err != nil {
-			return err
-		}
 		return s.run(ctx)
 	})
 	if err != nil {
@@ -92,7 +80,7 @@ func (s *Server) run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	p, err := proc.Start("vault", s.bin, []string{"server", "-config", s.config, "-log-level", "info"},
+	p, err := proc.Start("vault", s.bin, []string{"-addr", s.Addr, "-data", filepath.Join(s.dir, "data"), "-log-level", "info"},
 		proc.Environ(), log, log, proc.InDir(s.dir))
 	if err != nil {
 		log.Close()
