@@ -58,34 +58,32 @@ func (b *bench) measureTwoClusters(ctx context.Context, local *controlplane.Cont
 	defer func() { err = errors.Join(err, ca.Stop()) }()
 
 	window := max(3*time.Second, b.opts.duration/2)
-	var one, two []float64
-	var errs float64
-	for round := range b.opts.twoClusterRounds {
-		for _, run := range []struct {
-			plan  string
-			rates *[]float64
-			name  string
-		}{{onePlan, &one, "one cluster"}, {twoPlan, &two, "two clusters"}} {
-			rate, failed, err := b.maxRateOf(ctx, local, ca, run.plan, window)
-			if err != nil {
-				return fmt.Errorf("two clusters, round %d, %s: %w", round+1, run.name, err)
-			}
-			*run.rates = append(*run.rates, rate)
-			errs += failed
-			b.logf("  round %d, %s: %.0f certs/s, errors %.0f", round+1, run.name, rate, failed)
-		}
+	rates, errs, err := b.interleave("two clusters", b.opts.twoClusterRounds,
+		arm{"one cluster", func() (float64, float64, error) { return b.maxRateOf(ctx, local, ca, onePlan, window) }},
+		arm{"two clusters", func() (float64, float64, error) { return b.maxRateOf(ctx, local, ca, twoPlan, window) }})
+	if err != nil {
+		return err
 	}
-	m1, m2 := median(one), median(two)
-	b.res.set("two_cluster_rounds", len(one))
-	b.res.set("two_cluster_one_cluster_certs_per_sec", m1)
-	b.res.set("two_cluster_certs_per_sec", m2)
-	b.res.set("two_cluster_errors", errs)
-	if m1 > 0 {
-		b.res.set("two_cluster_rate_ratio", m2/m1)
-	}
-	b.logf("  median of %d rounds: one cluster %.0f certs/s (%.0f-%.0f), two clusters %.0f certs/s (%.0f-%.0f), ratio %.3f",
-		len(one), m1, slices.Min(one), slices.Max(one), m2, slices.Min(two), slices.Max(two), m2/m1)
+	b.recordComparison("two_cluster", "two_cluster_one_cluster_certs_per_sec", rates, errs, "one cluster", "two clusters")
 	return nil
+}
+
+// recordComparison records an interleaved comparison of a base arm and
+// another: baseKey the base's median rate, <prefix>_certs_per_sec the
+// other's, <prefix>_rate_ratio other over base, <prefix>_rounds and
+// <prefix>_errors; and logs the medians with their ranges.
+func (b *bench) recordComparison(prefix, baseKey string, rates [][]float64, errs float64, baseName, otherName string) {
+	base, other := rates[0], rates[1]
+	mb, mo := median(base), median(other)
+	b.res.set(prefix+"_rounds", len(base))
+	b.res.set(baseKey, mb)
+	b.res.set(prefix+"_certs_per_sec", mo)
+	b.res.set(prefix+"_errors", errs)
+	if mb > 0 {
+		b.res.set(prefix+"_rate_ratio", mo/mb)
+	}
+	b.logf("  median of %d rounds: %s %.0f certs/s (%.0f-%.0f), %s %.0f certs/s (%.0f-%.0f), ratio %.3f",
+		len(base), baseName, mb, slices.Min(base), slices.Max(base), otherName, mo, slices.Min(other), slices.Max(other), mo/mb)
 }
 
 // maxRateOf runs the load generator at its maximum rate with plan for
@@ -96,6 +94,32 @@ func (b *bench) maxRateOf(ctx context.Context, cp *controlplane.ControlPlane, ca
 		return 0, 0, err
 	}
 	return r.sum.CertsPerSec, float64(r.sum.Errors), nil
+}
+
+// arm is one side of an interleaved comparison: its name and one round's
+// measurement (rate, errors).
+type arm struct {
+	name    string
+	measure func() (rate, errs float64, err error)
+}
+
+// interleave measures each arm once a round, in turn, for rounds rounds,
+// so that every arm sees the same machine conditions; it returns each
+// arm's rates and the errors of all.
+func (b *bench) interleave(what string, rounds int, arms ...arm) (rates [][]float64, errs float64, err error) {
+	rates = make([][]float64, len(arms))
+	for round := range rounds {
+		for i, a := range arms {
+			rate, failed, err := a.measure()
+			if err != nil {
+				return nil, 0, fmt.Errorf("%s, round %d, %s: %w", what, round+1, a.name, err)
+			}
+			rates[i] = append(rates[i], rate)
+			errs += failed
+			b.logf("  round %d, %s: %.0f certs/s, errors %.0f", round+1, a.name, rate, failed)
+		}
+	}
+	return rates, errs, nil
 }
 
 // median is the median of v (not empty); v is left as it was.

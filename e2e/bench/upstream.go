@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"time"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
@@ -50,37 +49,23 @@ func (b *bench) measureUpstream(ctx context.Context, cp *controlplane.ControlPla
 	upstreamArgs := []string{"--ca-secret", "istio-system/workload-ca-bench-upstream", "--ca-upstream-config", config}
 
 	window := max(3*time.Second, b.opts.duration/2)
-	var local, upstream []float64
-	var errs float64
-	for round := range b.opts.upstreamRounds {
-		for _, run := range []struct {
-			name  string
-			args  []string
-			rates *[]float64
-		}{{"local root", nil, &local}, {"Vault intermediate", upstreamArgs, &upstream}} {
-			ca, err := b.startCA(startCtx, cp, "upstream", run.args...)
+	measure := func(args []string) func() (float64, float64, error) {
+		return func() (float64, float64, error) {
+			startCtx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			ca, err := b.startCA(startCtx, cp, "upstream", args...)
 			if err != nil {
-				return fmt.Errorf("upstream, round %d, %s: %w", round+1, run.name, err)
+				return 0, 0, err
 			}
 			rate, failed, err := b.maxRateOf(ctx, cp, ca, plan, window)
-			err = errors.Join(err, ca.Stop())
-			if err != nil {
-				return fmt.Errorf("upstream, round %d, %s: %w", round+1, run.name, err)
-			}
-			*run.rates = append(*run.rates, rate)
-			errs += failed
-			b.logf("  round %d, %s: %.0f certs/s, errors %.0f", round+1, run.name, rate, failed)
+			return rate, failed, errors.Join(err, ca.Stop())
 		}
 	}
-	ml, mu := median(local), median(upstream)
-	b.res.set("upstream_rounds", len(local))
-	b.res.set("upstream_local_root_certs_per_sec", ml)
-	b.res.set("upstream_certs_per_sec", mu)
-	b.res.set("upstream_errors", errs)
-	if ml > 0 {
-		b.res.set("upstream_rate_ratio", mu/ml)
+	rates, errs, err := b.interleave("upstream", b.opts.upstreamRounds,
+		arm{"local root", measure(nil)}, arm{"Vault intermediate", measure(upstreamArgs)})
+	if err != nil {
+		return err
 	}
-	b.logf("  median of %d rounds: local root %.0f certs/s (%.0f-%.0f), Vault intermediate %.0f certs/s (%.0f-%.0f), ratio %.3f",
-		len(local), ml, slices.Min(local), slices.Max(local), mu, slices.Min(upstream), slices.Max(upstream), mu/ml)
+	b.recordComparison("upstream", "upstream_local_root_certs_per_sec", rates, errs, "local root", "Vault intermediate")
 	return nil
 }

@@ -155,6 +155,15 @@ func (c *CA) CertPEM() []byte {
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw})
 }
 
+// BundlePEM returns the certificates of cas PEM-encoded, in order.
+func BundlePEM(cas ...*CA) []byte {
+	var b []byte
+	for _, c := range cas {
+		b = append(b, c.CertPEM()...)
+	}
+	return b
+}
+
 // KeyPEM returns c's private key PEM-encoded as PKCS#8.
 func (c *CA) KeyPEM(t testing.TB) []byte {
 	t.Helper()

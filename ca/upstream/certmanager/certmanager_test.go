@@ -10,13 +10,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-func b64(cas ...*testca.CA) string {
-	var b []byte
-	for _, c := range cas {
-		b = append(b, c.CertPEM()...)
-	}
-	return base64.StdEncoding.EncodeToString(b)
-}
+func b64(cas ...*testca.CA) string { return base64.StdEncoding.EncodeToString(testca.BundlePEM(cas...)) }
 
 func request(status map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{"status": status}}

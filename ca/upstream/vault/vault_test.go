@@ -1,7 +1,6 @@
 package vault
 
 import (
-	"encoding/pem"
 	"strings"
 	"testing"
 
@@ -10,13 +9,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-func pemOf(cas ...*testca.CA) string {
-	var b strings.Builder
-	for _, c := range cas {
-		b.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Cert.Raw}))
-	}
-	return b.String()
-}
+func pemOf(cas ...*testca.CA) string { return string(testca.BundlePEM(cas...)) }
 
 // parseAnswer reads sign-intermediate's answer: the certificate, and the
 // chain above it (ca_chain starts with the certificate itself).
