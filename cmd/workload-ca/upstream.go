@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -72,7 +73,7 @@ type upstreamConfig struct {
 // loadUpstream reads and checks --ca-upstream-config; namespace is the CA
 // Secret's, where CertificateRequests go by default.
 func loadUpstream(path, namespace string) (*upstreamConfig, error) {
-	raw, err := os.ReadFile(path)
+	raw, err := os.ReadFile(filepath.Clean(path))
 	if err != nil {
 		return nil, err
 	}

@@ -165,14 +165,14 @@ func parseStatus(cr *unstructured.Unstructured) (upstream.Issued, bool, error) {
 		return upstream.Issued{}, false, nil
 	}
 	certs, err := decodeCerts(certPEM)
-	if err != nil || len(certs) == 0 {
-		return upstream.Issued{}, true, fmt.Errorf("status.certificate: %v", err)
+	if err != nil {
+		return upstream.Issued{}, true, fmt.Errorf("status.certificate: %w", err)
 	}
 	issued := upstream.Issued{Cert: certs[0], Chain: certs[1:]}
 	if caPEM, _, _ := unstructured.NestedString(cr.Object, "status", "ca"); caPEM != "" {
 		roots, err := decodeCerts(caPEM)
 		if err != nil {
-			return upstream.Issued{}, true, fmt.Errorf("status.ca: %v", err)
+			return upstream.Issued{}, true, fmt.Errorf("status.ca: %w", err)
 		}
 		for _, r := range roots {
 			if len(issued.Chain) == 0 || !issued.Chain[len(issued.Chain)-1].Equal(r) {

@@ -10,7 +10,9 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-func b64(cas ...*testca.CA) string { return base64.StdEncoding.EncodeToString(testca.BundlePEM(cas...)) }
+func b64(cas ...*testca.CA) string {
+	return base64.StdEncoding.EncodeToString(testca.BundlePEM(cas...))
+}
 
 func request(status map[string]any) *unstructured.Unstructured {
 	return &unstructured.Unstructured{Object: map[string]any{"status": status}}

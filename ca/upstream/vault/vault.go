@@ -30,7 +30,7 @@ import (
 
 // DefaultKubernetesTokenFile is the service-account token Kubernetes
 // mounts in every pod.
-const DefaultKubernetesTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token"
+const DefaultKubernetesTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token" //nolint:gosec // a path, not a credential
 
 // Config says which Vault signs and how the CA logs in. Address and Mount
 // are required, and exactly one of TokenFile and KubernetesRole.
@@ -188,8 +188,11 @@ func parseAnswer(secret *api.Secret) (upstream.Issued, error) {
 	}
 	certPEM, _ := secret.Data["certificate"].(string)
 	certs, err := upstream.ParseCertificates([]byte(certPEM))
-	if err != nil || len(certs) != 1 {
-		return upstream.Issued{}, fmt.Errorf("answer's certificate: want one PEM certificate (%v)", err)
+	switch {
+	case err != nil:
+		return upstream.Issued{}, fmt.Errorf("answer's certificate: %w", err)
+	case len(certs) != 1:
+		return upstream.Issued{}, fmt.Errorf("answer's certificate: %d PEM certificates, want one", len(certs))
 	}
 	issued := upstream.Issued{Cert: certs[0]}
 	var chain []string

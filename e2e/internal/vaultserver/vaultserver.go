@@ -123,9 +123,12 @@ func (s *Server) unseal(ctx context.Context) error {
 		if err == nil && h.Initialized && !h.Sealed && !h.Standby {
 			return nil
 		}
+		if err == nil {
+			err = fmt.Errorf("health: initialized %v, sealed %v, standby %v", h.Initialized, h.Sealed, h.Standby)
+		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("vault is not active after unsealing: %v", err)
+			return fmt.Errorf("vault is not active after unsealing: %w", err)
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
