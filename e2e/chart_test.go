@@ -67,6 +67,8 @@ func TestChart(t *testing.T) {
 		{"ci/plugin-values.yaml", "wca-chart-plugin", []string{"ci/plugin-values.yaml"}, checkPluginRender},
 		{"ci/multicluster-values.yaml", "wca-chart-mc", []string{"ci/multicluster-values.yaml"}, checkMultiClusterRender},
 		{"ci/remote-values.yaml", "wca-chart-remote", []string{"ci/remote-values.yaml"}, checkRemoteRender},
+		{"ci/upstream-values.yaml", "wca-chart-upstream", []string{"ci/upstream-values.yaml"}, checkUpstreamRender},
+		{"ci/upstream-certmanager-values.yaml", "wca-chart-upstream-cm", []string{"ci/upstream-certmanager-values.yaml"}, checkUpstreamRender},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -108,6 +110,10 @@ func TestChart(t *testing.T) {
 			args       []string
 		}{
 			{"no node agents", "nodeAgents must name at least one", []string{"--set-json", "nodeAgents=[]"}},
+			{"an upstream without one", "exactly one of ca.upstream.vault.address and ca.upstream.certManager.issuerName",
+				[]string{"--set", "ca.upstream.enabled=true"}},
+			{"an upstream in plugin mode", "ca.upstream.enabled needs ca.mode=secret",
+				[]string{"--set", "ca.upstream.enabled=true", "--set", "ca.mode=plugin", "--set", "ca.plugin.secretName=x", "--set", "ca.upstream.vault.address=https://v"}},
 			{"a node agent that is not namespace/serviceaccount", "is not namespace/serviceaccount", []string{"--set-json", `nodeAgents=["ztunnel"]`}},
 			{"a trust domain that is not one (values.schema.json)", "at '/trustDomain'", []string{"--set", "trustDomain=Bad Domain"}},
 			{"a duration without a unit", "at '/defaultTTL'", []string{"--set", "defaultTTL=5"}},
@@ -281,6 +287,53 @@ func checkDefaultRender(t *testing.T, objs []*unstructured.Unstructured) {
 
 // checkPluginRender: the plug-in CA is mounted read-only as --ca-dir, and
 // nothing that mode does not need is granted.
+// checkUpstreamRender: with ca.upstream, the CA gets --ca-upstream-config
+// from a ConfigMap that names the upstream, Vault's credentials or the
+// Role's CertificateRequests, and the upstream's alert.
+func checkUpstreamRender(t *testing.T, objs []*unstructured.Unstructured) {
+	args := deploymentArgs(t, objs)
+	if !slices.Contains(args, "--ca-upstream-config=/etc/workload-ca/upstream/upstream.yaml") || !slices.ContainsFunc(args, hasPrefix("--ca-secret=")) {
+		t.Errorf("upstream args: %v", args)
+	}
+	var cm *unstructured.Unstructured
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-upstream") {
+			cm = o
+		}
+	}
+	if cm == nil {
+		t.Fatal("no upstream ConfigMap rendered")
+	}
+	config, _, _ := unstructured.NestedString(cm.Object, "data", "upstream.yaml")
+	role, _ := json.Marshal(findObject(t, objs, "Role").Object["rules"])
+	dep, _ := json.Marshal(findObject(t, objs, "Deployment").Object)
+	switch {
+	case strings.Contains(config, "vault:"):
+		for _, want := range []string{"address: \"https://vault.vault.svc:8200\"", "mount: \"pki_int\"", "caFile: /etc/workload-ca/upstream/tls/ca.crt",
+			"role: \"workload-ca\"", "tokenFile: /var/run/secrets/workload-ca/upstream/token"} {
+			if !strings.Contains(config, want) {
+				t.Errorf("upstream.yaml lacks %q:\n%s", want, config)
+			}
+		}
+		if !strings.Contains(string(dep), `"audience":"vault"`) || !strings.Contains(string(dep), `"secretName":"vault-ca"`) {
+			t.Error("no projected token for Vault's audience, or no Vault CA Secret, in the pod")
+		}
+		if strings.Contains(string(role), "certificaterequests") {
+			t.Errorf("the Role grants CertificateRequests for a Vault upstream: %s", role)
+		}
+		checkUpstreamAlert(t, objs)
+	case strings.Contains(config, "certManager:"):
+		if !strings.Contains(config, "name: \"corp-ca\"") || !strings.Contains(config, "kind: \"ClusterIssuer\"") {
+			t.Errorf("upstream.yaml:\n%s", config)
+		}
+		if !strings.Contains(string(role), "certificaterequests") {
+			t.Errorf("the Role does not grant CertificateRequests: %s", role)
+		}
+	default:
+		t.Errorf("upstream.yaml names no upstream:\n%s", config)
+	}
+}
+
 func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
 	args := deploymentArgs(t, objs)
 	if !slices.Contains(args, "--ca-dir=/var/run/workload-ca/cacerts") || slices.ContainsFunc(args, hasPrefix("--ca-secret")) {
