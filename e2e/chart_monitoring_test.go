@@ -39,16 +39,7 @@ func checkMonitoring(t *testing.T, objs []*unstructured.Unstructured) {
 // checkDashboard parses the dashboard JSON and has promtool parse every
 // query, with the dashboard's variables filled in.
 func checkDashboard(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
-	var cm *unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-dashboard") {
-			cm = o
-		}
-	}
-	if cm == nil {
-		t.Fatal("no dashboard ConfigMap rendered")
-	}
-	raw, _, _ := unstructured.NestedString(cm.Object, "data", "workload-ca.json")
+	raw := configMapData(t, objs, "-dashboard", "workload-ca.json")
 	var dash struct {
 		Panels []struct {
 			Title   string `json:"title"`

@@ -295,16 +295,7 @@ func checkUpstreamRender(t *testing.T, objs []*unstructured.Unstructured) {
 	if !slices.Contains(args, "--ca-upstream-config=/etc/workload-ca/upstream/upstream.yaml") || !slices.ContainsFunc(args, hasPrefix("--ca-secret=")) {
 		t.Errorf("upstream args: %v", args)
 	}
-	var cm *unstructured.Unstructured
-	for _, o := range objs {
-		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), "-upstream") {
-			cm = o
-		}
-	}
-	if cm == nil {
-		t.Fatal("no upstream ConfigMap rendered")
-	}
-	config, _, _ := unstructured.NestedString(cm.Object, "data", "upstream.yaml")
+	config := configMapData(t, objs, "-upstream", "upstream.yaml")
 	role, _ := json.Marshal(findObject(t, objs, "Role").Object["rules"])
 	dep, _ := json.Marshal(findObject(t, objs, "Deployment").Object)
 	switch {
@@ -332,6 +323,20 @@ func checkUpstreamRender(t *testing.T, objs []*unstructured.Unstructured) {
 	default:
 		t.Errorf("upstream.yaml names no upstream:\n%s", config)
 	}
+}
+
+// configMapData returns key of the rendered ConfigMap whose name ends
+// with suffix, failing t when there is none.
+func configMapData(t *testing.T, objs []*unstructured.Unstructured, suffix, key string) string {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" && strings.HasSuffix(o.GetName(), suffix) {
+			v, _, _ := unstructured.NestedString(o.Object, "data", key)
+			return v
+		}
+	}
+	t.Fatalf("no ConfigMap *%s rendered", suffix)
+	return ""
 }
 
 func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
