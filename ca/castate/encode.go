@@ -67,7 +67,6 @@ func Encode(s State) (map[string][]byte, error) {
 // encode is Encode for a state the caller has validated.
 func encode(s State) (map[string][]byte, error) {
 	out := stateJSON{Version: formatVersion, Kind: s.Kind, Authorities: make([]authorityJSON, len(s.Authorities))}
-	var bundle bytes.Buffer
 	for i, a := range s.Authorities {
 		var keyPEM string
 		if a.Status != StatusRetiring { // a retiring authority's key is never written
@@ -78,7 +77,6 @@ func encode(s State) (map[string][]byte, error) {
 			keyPEM = string(pem.EncodeToMemory(key))
 		}
 		cert := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: a.Cert.Raw})
-		bundle.Write(cert)
 		out.Authorities[i] = authorityJSON{
 			Status:        a.Status,
 			Certificate:   string(cert),
@@ -93,14 +91,12 @@ func encode(s State) (map[string][]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	switch s.Kind {
-	case KindIntermediates:
+	if s.Kind == KindIntermediates {
 		return map[string][]byte{KeyState: state}, nil
-	case KindUpstream:
-		bundle.Reset()
-		for _, r := range s.Anchors() {
-			bundle.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: r.Raw}))
-		}
+	}
+	var bundle bytes.Buffer
+	for _, c := range s.bundle() {
+		bundle.Write(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: c.Raw}))
 	}
 	return map[string][]byte{
 		KeyState:    state,
@@ -188,6 +184,19 @@ func (a authorityJSON) decode() (Authority, error) {
 		}
 	}
 	return out, nil
+}
+
+// bundle is the trust bundle a state of self-signed roots or upstream
+// intermediates holds: every authority's certificate, or the anchors.
+func (s State) bundle() []*x509.Certificate {
+	if s.Kind == KindUpstream {
+		return s.Anchors()
+	}
+	out := make([]*x509.Certificate, len(s.Authorities))
+	for i, a := range s.Authorities {
+		out[i] = a.Cert
+	}
+	return out
 }
 
 func encodeChain(chain []*x509.Certificate) []string {

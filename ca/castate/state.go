@@ -211,16 +211,12 @@ func (s State) MaterialUnder(roots []*x509.Certificate) (*ca.Material, error) {
 	a := s.Active()
 	if s.Kind == KindUpstream {
 		return &ca.Material{Signer: a.Key, Cert: a.Cert, Intermediates: slices.Clone(a.Chain[:len(a.Chain)-1]),
-			Roots: s.Anchors()}, nil
+			Roots: s.bundle()}, nil
 	}
 	if s.Kind == KindIntermediates {
 		return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: slices.Clone(roots)}, nil
 	}
-	bundle := make([]*x509.Certificate, len(s.Authorities))
-	for i, x := range s.Authorities {
-		bundle[i] = x.Cert
-	}
-	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: bundle}, nil
+	return &ca.Material{Signer: a.Key, Cert: a.Cert, Roots: s.bundle()}, nil
 }
 
 // Anchors returns the trust anchors of a state of upstream intermediates
