@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -24,6 +25,11 @@ import (
 // It logs at info level and writes audit records to a file of its own, as
 // a production deployment would, rather than through a pipe to us.
 func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string, extra ...string) (*cahost.CA, error) {
+	return b.startCAWith(ctx, cp, phase, nil, extra...)
+}
+
+// startCAWith is startCA with env added to the CA's environment.
+func (b *bench) startCAWith(ctx context.Context, cp *controlplane.ControlPlane, phase string, env []string, extra ...string) (*cahost.CA, error) {
 	ports, err := proc.FreePorts(1)
 	if err != nil {
 		return nil, err
@@ -41,7 +47,7 @@ func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phas
 	began := time.Now()
 	readyz := pollReadyz(pollCtx, adminAddr, began)
 	ca, err := cahost.Start(ctx, cahost.Options{Binary: b.opts.binary, Kubeconfig: cp.KubeconfigPath(),
-		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args, CPUs: b.place.server})
+		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args, Env: env, CPUs: b.place.server})
 	if err != nil {
 		return nil, err
 	}
@@ -95,6 +101,9 @@ type loadRun struct {
 	// milliseconds stalls whatever runs on it: it shows in the tail
 	// latency, not in the CPU time of the processes.
 	steal map[string]float64
+	// perSecond is the cores each process kept busy in each second of a
+	// storm (its window from the start), beside its goodput curve.
+	perSecond map[string][]float64
 }
 
 // stealGroups are the sets of CPUs whose steal a load run reports: "all"
@@ -150,6 +159,21 @@ func (b *bench) runLoadtest(ctx context.Context, cp *controlplane.ControlPlane, 
 	}
 	for name := range s.pids {
 		r.cpu[name], r.cores[name] = s.coresUsed(name, r.sum.WindowStart, r.sum.WindowEnd)
+		if len(r.sum.CertsPerSecond) == 0 {
+			continue
+		}
+		if r.perSecond == nil {
+			r.perSecond = map[string][]float64{}
+		}
+		for i := range r.sum.CertsPerSecond {
+			from := r.sum.WindowStart.Add(time.Duration(i) * time.Second)
+			to := from.Add(time.Second)
+			if to.After(r.sum.WindowEnd) {
+				to = r.sum.WindowEnd
+			}
+			_, cores := s.coresUsed(name, from, to)
+			r.perSecond[name] = append(r.perSecond[name], math.Round(100*cores)/100)
+		}
 	}
 	for name, cpus := range groups {
 		if _, cores := s.coresUsed("steal_"+name, r.sum.WindowStart, r.sum.WindowEnd); cores >= 0 {

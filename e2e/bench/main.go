@@ -17,7 +17,8 @@
 //     the certificates of each second plotted beside the results; then the
 //     storm's connections held open and idle, for the memory they cost.
 //     Then the same storm against another fresh CA, with a client that
-//     retries at once.
+//     retries at once. --storm-rounds repeats the pair over the same
+//     fixtures and reports the medians.
 //  4. Pod index at 150,000 pods over 5,000 nodes (podindex benchmarks).
 //  5. Start to ready: process start to gRPC SERVING, and to /readyz.
 //  6. Two clusters: a second kube-apiserver and etcd as a remote cluster
@@ -50,29 +51,31 @@ import (
 
 // options are the command line.
 type options struct {
-	out                            string
-	binary                         string
-	ztunnels, identities           int
-	stormZtunnels, stormIdentities int
-	stormDeadline                  time.Duration
-	stormOnly                      bool
-	duration, warmup               time.Duration
-	halfWarmup                     time.Duration
-	floorTime                      time.Duration
-	podindex                       bool
-	cpuProfile, halfCPUProfile     string
-	halfTrace                      string
-	idleHeapProfile                string
-	stormCPUProfile                string
-	stormCPUProfileDelay           time.Duration
-	stormHeapProfile               string
-	serveArgs                      listFlag
-	keep                           bool
-	strict                         bool
-	placement                      string
-	twoClusterRounds               int
-	upstreamRounds                 int
-	vault                          string
+	out                               string
+	binary                            string
+	ztunnels, identities              int
+	stormZtunnels, stormIdentities    int
+	stormDeadline                     time.Duration
+	stormOnly                         bool
+	stormRounds                       int
+	duration, warmup                  time.Duration
+	halfWarmup                        time.Duration
+	floorTime                         time.Duration
+	podindex                          bool
+	cpuProfile, halfCPUProfile        string
+	halfTrace                         string
+	idleHeapProfile                   string
+	stormCPUProfile                   string
+	stormCPUProfileDelay              time.Duration
+	stormHeapProfile                  string
+	serveArgs                         listFlag
+	stormCompareArgs, stormCompareEnv listFlag
+	keep                              bool
+	strict                            bool
+	placement                         string
+	twoClusterRounds                  int
+	upstreamRounds                    int
+	vault                             string
 }
 
 func main() {
@@ -92,6 +95,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.IntVar(&o.stormZtunnels, "storm-ztunnels", 50, "ztunnels of the cold-start storm")
 	fs.IntVar(&o.stormIdentities, "storm-identities", 10, "identities per ztunnel in the storm")
 	fs.DurationVar(&o.stormDeadline, "storm-deadline", 2*time.Minute, "longest a storm may take")
+	fs.IntVar(&o.stormRounds, "storm-rounds", 1, "rounds of the cold-start storms, each a ztunnel-like and an aggressive storm against fresh CAs over the same fixtures; the results are the median with its least and most")
 	fs.BoolVar(&o.stormOnly, "storm-only", false, "run only the storms (no crypto floor, pod index or rate runs)")
 	fs.DurationVar(&o.duration, "duration", 10*time.Second, "measured window of each end-to-end run")
 	fs.DurationVar(&o.warmup, "warmup", 3*time.Second, "warm-up of the maximum-rate run")
@@ -105,6 +109,8 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.stormCPUProfileDelay, "storm-cpuprofile-delay", 0, "how long after the storm's first request its CPU profile starts (and its heap profile is taken)")
 	fs.StringVar(&o.stormHeapProfile, "storm-heap-profile", "", "write the server's heap profile during the first storm here (when its CPU profile starts)")
 	fs.StringVar(&o.idleHeapProfile, "idle-heap-profile", "", "write the server's heap profile while the storm's connections are idle here")
+	fs.Var(&o.stormCompareArgs, "storm-compare-arg", "a flag of `workload-ca serve` to compare in the ztunnel-like storm (repeat for more): each storm round then runs it against the CA without it, instead of the aggressive storm")
+	fs.Var(&o.stormCompareEnv, "storm-compare-env", "KEY=value in the environment of the CA to compare in the storm (repeat for more), as --storm-compare-arg")
 	fs.Var(&o.serveArgs, "serve-arg", "an extra flag for every `workload-ca serve` (repeat for more), to compare settings")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")

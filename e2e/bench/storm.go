@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,92 +29,228 @@ const leaseNamespace, leaseName = "istio-system", "workload-ca"
 // idle after it, for the idle connection memory.
 const stormHold = 8 * time.Second
 
-// storm is one cold-start storm's outcome.
-type storm struct {
-	sum *loadtest.Summary
-	run *loadRun
+// stormRun is what one cold-start storm measured.
+type stormRun struct {
+	sum           *loadtest.Summary
+	run           *loadRun
+	tokenReviews  int
+	leaderChanges int
+	serverCPU     float64 // seconds of the CA's CPU; -1 when not known
+	// controlCPU is the seconds of CPU the apiserver and etcd took in the
+	// storm, which may share the CA's CPUs; -1 when not known.
+	controlCPU float64
+	rssEnd     float64 // MiB; 0 when not known
+	rssPeak    float64
+	floor      float64 // certificates per CPU-second around the storm's round
 }
 
-// measureStorms runs the cold-start storm twice, each time against a
-// freshly started CA (an empty token cache): with ztunnel's retries, then
-// with a client that asks for every identity at once and retries at once. The first keeps its connections open
-// afterwards, idle, to measure what they cost the CA.
+// stormVariant is one kind of storm of each round: the client's retries,
+// and the CA's extra serve flags and environment.
+type stormVariant struct {
+	key       string // prefix of its results
+	phase     string // of the CA it runs against (startCA)
+	retry     string
+	args, env []string
+}
+
+// stormVariants are the storms of a round: ztunnel's retries, then a
+// client that asks for every identity at once and retries at once; or,
+// with --storm-compare-arg or --storm-compare-env, ztunnel's retries
+// against the CA as configured and against the CA with those (the
+// aggressive storm is then left out, to keep a round short).
+func (b *bench) stormVariants() []stormVariant {
+	base := stormVariant{key: "storm_", phase: "restart", retry: loadtest.RetryZtunnel}
+	if len(b.opts.stormCompareArgs) > 0 || len(b.opts.stormCompareEnv) > 0 {
+		return []stormVariant{base, {key: "storm_compare_", phase: "restart_compare", retry: loadtest.RetryZtunnel,
+			args: b.opts.stormCompareArgs, env: b.opts.stormCompareEnv}}
+	}
+	return []stormVariant{base, {key: "storm_aggressive_", phase: "restart_aggressive", retry: loadtest.RetryAggressive}}
+}
+
+// measureStorms runs --storm-rounds rounds of the cold-start storms, each
+// storm against a freshly started CA (an empty token cache) and over the
+// same fixtures: a round is one storm of each of stormVariants, in turn
+// forwards and backwards (ABBA), so that the host's drift falls on both
+// alike. The crypto floor is measured before the first round and after
+// each, and a storm's efficiency is against the mean of the floors around
+// its round. The first round's ztunnel-like storm keeps its connections
+// open afterwards, idle, to measure what they cost the CA, and is the one
+// profiled.
 func (b *bench) measureStorms(ctx context.Context, cp *controlplane.ControlPlane, plan string, planned int) error {
 	var errs []error
-	var curves []curve
-	floorBefore, err := b.floor(keystore.KeyECDSAP256)
+	before, err := b.floor(keystore.KeyECDSAP256)
 	if err != nil {
 		return fmt.Errorf("crypto floor before the storms: %w", err)
 	}
-	defer func() { b.recordStormFloor(floorBefore.perCPUSecond, planned) }()
-	for _, retry := range []string{loadtest.RetryZtunnel, loadtest.RetryAggressive} {
-		phase := "restart"
-		if retry != loadtest.RetryZtunnel {
-			phase += "_" + retry
+	variants := b.stormVariants()
+	runs := map[string][]stormRun{}
+	rounds := max(1, b.opts.stormRounds)
+rounds:
+	for round := range rounds {
+		order := slices.Clone(variants)
+		if round%2 == 1 {
+			slices.Reverse(order)
 		}
-		ca, err := b.startCA(ctx, cp, phase)
+		var these []stormRef
+		for _, v := range order {
+			ca, err := b.startCAWith(ctx, cp, v.phase, v.env, v.args...)
+			if err != nil {
+				errs = append(errs, err)
+				break rounds
+			}
+			b.logf("storm round %d of %d", round+1, rounds)
+			s, err := b.measureStorm(ctx, cp, ca, plan, planned, v.retry, round == 0 && v.key == "storm_")
+			errs = append(errs, err, ca.Stop())
+			if s != nil {
+				runs[v.key] = append(runs[v.key], *s)
+				these = append(these, stormRef{v.key, len(runs[v.key]) - 1})
+			}
+			if ctx.Err() != nil {
+				break rounds
+			}
+		}
+		after, err := b.floor(keystore.KeyECDSAP256)
 		if err != nil {
-			return errors.Join(append(errs, err)...)
-		}
-		s, err := b.measureStorm(ctx, cp, ca, plan, planned, retry)
-		errs = append(errs, err, ca.Stop())
-		if s != nil {
-			curves = append(curves, curve{label: retry + " retries", certs: s.sum.CertsPerSecond, errs: s.sum.ErrorsPerSecond})
-		}
-		if ctx.Err() != nil {
+			errs = append(errs, fmt.Errorf("crypto floor after storm round %d: %w", round+1, err))
 			break
 		}
+		floor := (before.perCPUSecond + after.perCPUSecond) / 2
+		b.logf("crypto floor around storm round %d: %.0f certs per CPU-second (before %.0f, after %.0f)",
+			round+1, floor, before.perCPUSecond, after.perCPUSecond)
+		for _, ref := range these {
+			runs[ref.key][ref.i].floor = floor
+		}
+		before = after
+	}
+	errs = append(errs, b.recordStorms(variants, runs, planned))
+	return errors.Join(errs...)
+}
+
+// stormRef is one storm among the runs of its variant.
+type stormRef struct {
+	key string
+	i   int
+}
+
+// recordStorms records the storms of each mode: the median time with its
+// least and most, and each round's; the fewest certificates any storm
+// issued, every error, the most TokenReviews and every leader change of
+// any; the goodput curve, latency, CPU and resident set of the median
+// storm, whose curves it also plots.
+func (b *bench) recordStorms(variants []stormVariant, runs map[string][]stormRun, planned int) error {
+	var curves []curve
+	var floors []float64
+	for _, v := range variants {
+		rs := runs[v.key]
+		if len(rs) == 0 {
+			continue
+		}
+		key := v.key
+		slices.SortStableFunc(rs, func(a, b stormRun) int { return cmp.Compare(a.sum.AllDoneSeconds, b.sum.AllDoneSeconds) })
+		mid := rs[(len(rs)-1)/2] // the lower median, a storm that ran
+		seconds := make([]float64, len(rs))
+		var efficiency, cpu, control []float64
+		certs, errorsSeen, reviews, changes, peak := rs[0].sum.Certs, uint64(0), 0, 0, 0.0
+		byCode := map[string]uint64{}
+		samples := map[string]string{}
+		for i, r := range rs {
+			seconds[i] = r.sum.AllDoneSeconds
+			if r.floor > 0 && r.sum.AllDoneSeconds > 0 {
+				efficiency = append(efficiency, float64(planned)/r.floor/r.sum.AllDoneSeconds)
+				floors = append(floors, r.floor)
+			}
+			if r.serverCPU >= 0 {
+				cpu = append(cpu, r.serverCPU)
+			}
+			if r.controlCPU >= 0 {
+				control = append(control, r.controlCPU)
+			}
+			certs, errorsSeen = min(certs, r.sum.Certs), errorsSeen+r.sum.Errors
+			reviews, changes, peak = max(reviews, r.tokenReviews), changes+r.leaderChanges, max(peak, r.rssPeak)
+			for code, n := range r.sum.ErrorsByCode {
+				byCode[code] += n
+			}
+			for code, msg := range r.sum.ErrorSamples {
+				if _, ok := samples[code]; !ok {
+					samples[code] = msg
+				}
+			}
+		}
+		b.res.set(key+"rounds", len(rs))
+		b.res.set(key+"ztunnels", mid.sum.Ztunnels)
+		b.res.set(key+"planned_certs", planned)
+		b.res.set(key+"distinct_tokens", mid.sum.Ztunnels) // one token per ztunnel
+		b.res.set(key+"certs", certs)
+		b.res.set(key+"errors", errorsSeen)
+		b.res.set(key+"errors_by_code", byCode)
+		b.res.set(key+"error_samples", samples)
+		b.res.set(key+"tokenreviews", reviews)
+		b.res.set(key+"leader_changes", changes)
+		b.res.set(key+"seconds", median(seconds))
+		b.res.set(key+"seconds_min", seconds[0])
+		b.res.set(key+"seconds_max", seconds[len(seconds)-1])
+		b.res.set(key+"seconds_runs", seconds)
+		if len(efficiency) > 0 {
+			b.res.set(key+"floor_efficiency", median(efficiency))
+		}
+		if len(cpu) > 0 {
+			b.res.set(key+"server_cpu_seconds", median(cpu))
+		}
+		if len(control) > 0 {
+			b.res.set(key+"control_plane_cpu_seconds", median(control))
+		}
+		b.res.set(key+"p99_ms", mid.sum.LatencyMS.P99)
+		b.res.set(key+"certs_per_second", mid.sum.CertsPerSecond)
+		b.res.set(key+"errors_per_second", mid.sum.ErrorsPerSecond)
+		for name, series := range mid.run.perSecond {
+			b.res.set(key+name+"_cores_per_second", series)
+		}
+		if mid.rssEnd > 0 {
+			b.res.set(key+"ca_rss_mib_end", mid.rssEnd)
+			b.res.set(key+"ca_rss_mib_peak", peak)
+		}
+		b.logf("%s storms (%s retries): %d, median %.1fs (%.1f-%.1f), the fewest certificates %d of %d, %d errors, at most %d TokenReviews, %d leader changes",
+			strings.TrimSuffix(key, "_"), v.retry, len(rs), median(seconds), seconds[0], seconds[len(seconds)-1], certs, planned, errorsSeen, reviews, changes)
+		label := v.retry + " retries"
+		if len(v.args)+len(v.env) > 0 {
+			label += ", " + strings.Join(append(slices.Clone(v.env), v.args...), " ")
+		}
+		if len(rs) > 1 {
+			label += fmt.Sprintf(" (median of %d)", len(rs))
+		}
+		curves = append(curves, curve{label: label, certs: mid.sum.CertsPerSecond, errs: mid.sum.ErrorsPerSecond})
+	}
+	if len(floors) > 0 {
+		floor := median(floors)
+		b.res.set("storm_floor_certs_per_cpu_second", floor)
+		b.res.set("storm_floor_seconds", float64(planned)/floor)
 	}
 	if z, ok := b.res.num("storm_seconds"); ok && z > 0 {
 		if a, ok := b.res.num("storm_aggressive_seconds"); ok && a > 0 {
 			b.res.set("storm_aggressive_to_ztunnel_ratio", a/z)
 		}
-	}
-	if len(curves) > 0 {
-		path := strings.TrimSuffix(b.opts.out, ".json") + "-storm.png"
-		if err := plotStorms(path, b.opts.stormZtunnels, b.opts.stormIdentities, curves); err != nil {
-			errs = append(errs, fmt.Errorf("goodput plot: %w", err))
-		} else {
-			b.logf("  goodput plot: %s", path)
+		if c, ok := b.res.num("storm_compare_seconds"); ok && c > 0 {
+			b.res.set("storm_compare_to_base_ratio", c/z)
 		}
 	}
-	return errors.Join(errs...)
-}
-
-// recordStormFloor measures the crypto floor again after the storms and
-// records what it bounds them to: planned certificates at the mean of the
-// floor before and after (on the CA's one CPU) take storm_floor_seconds,
-// and storm_floor_efficiency is that over the storm's time. The floor of a
-// shared machine moves by a third within minutes and by more from day to
-// day; the efficiency says how much of a storm's time the CA itself adds.
-func (b *bench) recordStormFloor(before float64, planned int) {
-	after, err := b.floor(keystore.KeyECDSAP256)
-	if err != nil {
-		b.logf("  crypto floor after the storms: %v", err)
-		return
+	if len(curves) == 0 {
+		return nil
 	}
-	floor := (before + after.perCPUSecond) / 2
-	seconds := float64(planned) / floor
-	b.res.set("storm_floor_certs_per_cpu_second", floor)
-	b.res.set("storm_floor_seconds", seconds)
-	b.logf("crypto floor around the storms: %.0f certs per CPU-second (before %.0f, after %.0f): %d certificates take %.1fs of one CPU",
-		floor, before, after.perCPUSecond, planned, seconds)
-	for _, key := range []string{"storm_", "storm_aggressive_"} {
-		if s, ok := b.res.num(key + "seconds"); ok && s > 0 {
-			b.res.set(key+"floor_efficiency", seconds/s)
-		}
+	path := strings.TrimSuffix(b.opts.out, ".json") + "-storm.png"
+	if err := plotStorms(path, b.opts.stormZtunnels, b.opts.stormIdentities, curves); err != nil {
+		return fmt.Errorf("goodput plot: %w", err)
 	}
+	b.logf("  goodput plot: %s", path)
+	return nil
 }
 
 // measureStorm has every ztunnel of plan ask for all its identities at
-// once from ca, retrying as retry says, and records what it took: the
+// once from ca, retrying as retry says, and returns what it took: the
 // goodput of each second, the TokenReviews the apiserver audited, the
 // leader's Lease, and the CA's memory. planned is the plan's identities.
-func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string, planned int, retry string) (*storm, error) {
-	key := "storm_"
-	if retry != loadtest.RetryZtunnel {
-		key += retry + "_"
-	}
+// The first ztunnel-like storm (first) is profiled as the options ask
+// and holds its connections open after it to measure them idle.
+func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane, ca *cahost.CA, plan string, planned int, retry string, first bool) (*stormRun, error) {
 	b.logf("cold-start storm, %s retries: %d ztunnels × %d identities at once, fresh CA", retry,
 		b.opts.stormZtunnels, b.opts.stormIdentities)
 	reviewsBefore, err := cp.CountAudit("", "tokenreviews")
@@ -125,15 +263,14 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	}
 	args := []string{"--once", "--plan", plan, "--duration", b.opts.stormDeadline.String(), "--retry", retry}
 	var idle *idleMemory
-	if retry == loadtest.RetryZtunnel {
-		args = append(args, "--hold", stormHold.String())
-		idle = b.watchIdle(ctx, ca, planned)
-	} else {
+	if retry != loadtest.RetryZtunnel {
 		// A misbehaving client asks for every identity at once, not 8.
 		args = append(args, "--in-flight", strconv.Itoa(max(loadtest.DefaultInFlight, b.opts.stormIdentities)))
 	}
 	profiled := func() {}
-	if retry == loadtest.RetryZtunnel {
+	if retry == loadtest.RetryZtunnel && first {
+		args = append(args, "--hold", stormHold.String())
+		idle = b.watchIdle(ctx, ca, planned)
 		started := func(ctx context.Context) error {
 			if err := b.firstRequest(ctx); err != nil {
 				return err
@@ -165,40 +302,34 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	if err != nil {
 		return nil, err
 	}
-	changes := int(leaseAfter.transitions - leaseBefore.transitions)
-	if changes == 0 && leaseAfter.holder != leaseBefore.holder {
-		changes = 1
+	out := &stormRun{sum: s, run: r, tokenReviews: reviewsAfter - reviewsBefore, serverCPU: -1, controlCPU: -1}
+	out.leaderChanges = int(leaseAfter.transitions - leaseBefore.transitions)
+	if out.leaderChanges == 0 && leaseAfter.holder != leaseBefore.holder {
+		out.leaderChanges = 1
 	}
-	b.res.set(key+"ztunnels", s.Ztunnels)
-	b.res.set(key+"certs", s.Certs)
-	b.res.set(key+"planned_certs", planned)
-	b.res.set(key+"errors", s.Errors)
-	b.res.set(key+"errors_by_code", s.ErrorsByCode)
-	b.res.set(key+"error_samples", s.ErrorSamples)
-	b.res.set(key+"distinct_tokens", s.Ztunnels) // one token per ztunnel
-	b.res.set(key+"tokenreviews", reviewsAfter-reviewsBefore)
-	b.res.set(key+"seconds", s.AllDoneSeconds)
-	b.res.set(key+"p99_ms", s.LatencyMS.P99)
-	b.res.set(key+"leader_changes", changes)
-	b.res.set(key+"certs_per_second", s.CertsPerSecond)
-	b.res.set(key+"errors_per_second", s.ErrorsPerSecond)
 	if r.cores["server"] >= 0 {
-		b.res.set(key+"server_cpu_seconds", r.cpu["server"])
+		out.serverCPU = r.cpu["server"]
+	}
+	if r.cores["apiserver"] >= 0 && r.cores["etcd"] >= 0 {
+		out.controlCPU = r.cpu["apiserver"] + r.cpu["etcd"]
 	}
 	if rss, peak, err := residentMiB(ca.Pid()); err == nil {
-		b.res.set(key+"ca_rss_mib_end", rss)
-		b.res.set(key+"ca_rss_mib_peak", peak)
+		out.rssEnd, out.rssPeak = rss, peak
 	}
 	b.logf("  all %d ztunnels done after %.3fs (%d of them), %d of %d certificates, %d TokenReviews, %d leader changes, errors %d %v",
-		s.Ztunnels, s.AllDoneSeconds, s.ZtunnelsDone, s.Certs, planned, reviewsAfter-reviewsBefore, changes, s.Errors, s.ErrorsByCode)
+		s.Ztunnels, s.AllDoneSeconds, s.ZtunnelsDone, s.Certs, planned, out.tokenReviews, out.leaderChanges, s.Errors, s.ErrorsByCode)
 	b.logf("  certificates per second: %v", s.CertsPerSecond)
+	b.logf("  CPU seconds: the CA %.1f, the apiserver and etcd %.1f", out.serverCPU, out.controlCPU)
+	for _, name := range []string{"server", "client", "apiserver", "etcd"} {
+		b.logf("  cores of the %s in each second: %v", name, r.perSecond[name])
+	}
 	for code, msg := range s.ErrorSamples {
 		b.logf("  first %s: %s", code, msg)
 	}
 	if idle != nil {
 		b.recordIdle(idle, s.Ztunnels)
 	}
-	return &storm{sum: s, run: r}, runErr
+	return out, runErr
 }
 
 // firstRequest returns once the CA has started to answer a certificate
