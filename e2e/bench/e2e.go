@@ -25,11 +25,12 @@ import (
 // It logs at info level and writes audit records to a file of its own, as
 // a production deployment would, rather than through a pipe to us.
 func (b *bench) startCA(ctx context.Context, cp *controlplane.ControlPlane, phase string, extra ...string) (*cahost.CA, error) {
-	return b.startCAWith(ctx, cp, phase, nil, extra...)
+	return b.startCAWith(ctx, cp, phase, nil, nil, extra...)
 }
 
-// startCAWith is startCA with env added to the CA's environment.
-func (b *bench) startCAWith(ctx context.Context, cp *controlplane.ControlPlane, phase string, env []string, extra ...string) (*cahost.CA, error) {
+// startCAWith is startCA with env added to the CA's environment and the
+// flags last after every other (--serve-arg too), so that they win.
+func (b *bench) startCAWith(ctx context.Context, cp *controlplane.ControlPlane, phase string, env, last []string, extra ...string) (*cahost.CA, error) {
 	ports, err := proc.FreePorts(1)
 	if err != nil {
 		return nil, err
@@ -37,7 +38,7 @@ func (b *bench) startCAWith(ctx context.Context, cp *controlplane.ControlPlane, 
 	adminAddr := "127.0.0.1:" + strconv.Itoa(ports[0])
 	auditLog := filepath.Join(b.workDir, "ca-audit-"+phase+".jsonl")
 	args := append([]string{"--admin-addr", adminAddr, "--log-level", "info", "--audit-log", auditLog}, extra...)
-	args = append(args, b.opts.serveArgs...)
+	args = append(append(args, b.opts.serveArgs...), last...)
 	// The storms force collections through pprof, to measure memory.
 	if b.opts.cpuProfile != "" || b.opts.halfCPUProfile != "" || b.opts.halfTrace != "" || phase != "start" {
 		args = append(args, "--pprof")

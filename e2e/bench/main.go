@@ -109,7 +109,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.DurationVar(&o.stormCPUProfileDelay, "storm-cpuprofile-delay", 0, "how long after the storm's first request its CPU profile starts (and its heap profile is taken)")
 	fs.StringVar(&o.stormHeapProfile, "storm-heap-profile", "", "write the server's heap profile during the first storm here (when its CPU profile starts)")
 	fs.StringVar(&o.idleHeapProfile, "idle-heap-profile", "", "write the server's heap profile while the storm's connections are idle here")
-	fs.Var(&o.stormCompareArgs, "storm-compare-arg", "a flag of `workload-ca serve` to compare in the ztunnel-like storm (repeat for more): each storm round then runs it against the CA without it, instead of the aggressive storm")
+	fs.Var(&o.stormCompareArgs, "storm-compare-arg", "a flag of `workload-ca serve` to compare in the ztunnel-like storm (repeat for more): each storm round then runs the ztunnel-like storm with it too (results storm_compare_*); it comes after every --serve-arg, so it wins")
 	fs.Var(&o.stormCompareEnv, "storm-compare-env", "KEY=value in the environment of the CA to compare in the storm (repeat for more), as --storm-compare-arg")
 	fs.Var(&o.serveArgs, "serve-arg", "an extra flag for every `workload-ca serve` (repeat for more), to compare settings")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")

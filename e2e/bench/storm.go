@@ -54,26 +54,25 @@ type stormVariant struct {
 }
 
 // stormVariants are the storms of a round: ztunnel's retries, then a
-// client that asks for every identity at once and retries at once; or,
-// with --storm-compare-arg or --storm-compare-env, ztunnel's retries
-// against the CA as configured and against the CA with those (the
-// aggressive storm is then left out, to keep a round short).
+// client that asks for every identity at once and retries at once; with
+// --storm-compare-arg or --storm-compare-env, also ztunnel's retries
+// against the CA with those, between the two.
 func (b *bench) stormVariants() []stormVariant {
-	base := stormVariant{key: "storm_", phase: "restart", retry: loadtest.RetryZtunnel}
+	vs := []stormVariant{{key: "storm_", phase: "restart", retry: loadtest.RetryZtunnel}}
 	if len(b.opts.stormCompareArgs) > 0 || len(b.opts.stormCompareEnv) > 0 {
-		return []stormVariant{base, {key: "storm_compare_", phase: "restart_compare", retry: loadtest.RetryZtunnel,
-			args: b.opts.stormCompareArgs, env: b.opts.stormCompareEnv}}
+		vs = append(vs, stormVariant{key: "storm_compare_", phase: "restart_compare", retry: loadtest.RetryZtunnel,
+			args: b.opts.stormCompareArgs, env: b.opts.stormCompareEnv})
 	}
-	return []stormVariant{base, {key: "storm_aggressive_", phase: "restart_aggressive", retry: loadtest.RetryAggressive}}
+	return append(vs, stormVariant{key: "storm_aggressive_", phase: "restart_aggressive", retry: loadtest.RetryAggressive})
 }
 
 // measureStorms runs --storm-rounds rounds of the cold-start storms, each
 // storm against a freshly started CA (an empty token cache) and over the
 // same fixtures: a round is one storm of each of stormVariants, in turn
 // forwards and backwards (ABBA), so that the host's drift falls on both
-// alike. The crypto floor is measured before the first round and after
+// alike. The crypto floor is measured before the first storm and after
 // each, and a storm's efficiency is against the mean of the floors around
-// its round. The first round's ztunnel-like storm keeps its connections
+// it. The first round's ztunnel-like storm keeps its connections
 // open afterwards, idle, to measure what they cost the CA, and is the one
 // profiled.
 func (b *bench) measureStorms(ctx context.Context, cp *controlplane.ControlPlane, plan string, planned int) error {
@@ -91,9 +90,8 @@ rounds:
 		if round%2 == 1 {
 			slices.Reverse(order)
 		}
-		var these []stormRef
 		for _, v := range order {
-			ca, err := b.startCAWith(ctx, cp, v.phase, v.env, v.args...)
+			ca, err := b.startCAWith(ctx, cp, v.phase, v.env, v.args)
 			if err != nil {
 				errs = append(errs, err)
 				break rounds
@@ -101,35 +99,27 @@ rounds:
 			b.logf("storm round %d of %d", round+1, rounds)
 			s, err := b.measureStorm(ctx, cp, ca, plan, planned, v.retry, round == 0 && v.key == "storm_")
 			errs = append(errs, err, ca.Stop())
-			if s != nil {
-				runs[v.key] = append(runs[v.key], *s)
-				these = append(these, stormRef{v.key, len(runs[v.key]) - 1})
-			}
 			if ctx.Err() != nil {
 				break rounds
 			}
+			after, ferr := b.floor(keystore.KeyECDSAP256)
+			if ferr != nil {
+				errs = append(errs, fmt.Errorf("crypto floor after a storm: %w", ferr))
+				break rounds
+			}
+			if s != nil && s.sum.AllDoneSeconds > 0 {
+				s.floor = (before.perCPUSecond + after.perCPUSecond) / 2
+				b.logf("  crypto floor around it: %.0f certs per CPU-second (before %.0f, after %.0f), efficiency %.2f",
+					s.floor, before.perCPUSecond, after.perCPUSecond, float64(planned)/s.floor/s.sum.AllDoneSeconds)
+			}
+			if s != nil {
+				runs[v.key] = append(runs[v.key], *s)
+			}
+			before = after
 		}
-		after, err := b.floor(keystore.KeyECDSAP256)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("crypto floor after storm round %d: %w", round+1, err))
-			break
-		}
-		floor := (before.perCPUSecond + after.perCPUSecond) / 2
-		b.logf("crypto floor around storm round %d: %.0f certs per CPU-second (before %.0f, after %.0f)",
-			round+1, floor, before.perCPUSecond, after.perCPUSecond)
-		for _, ref := range these {
-			runs[ref.key][ref.i].floor = floor
-		}
-		before = after
 	}
 	errs = append(errs, b.recordStorms(variants, runs, planned))
 	return errors.Join(errs...)
-}
-
-// stormRef is one storm among the runs of its variant.
-type stormRef struct {
-	key string
-	i   int
 }
 
 // recordStorms records the storms of each mode: the median time with its
