@@ -5,6 +5,8 @@ import (
 	"crypto/tls"
 	"errors"
 	"net"
+	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/net/netutil"
@@ -66,6 +68,11 @@ type GRPCServer struct {
 	grpc   *grpc.Server
 	health *health.Server
 	svc    *Service
+	opts   []grpc.ServerOption // grpc's
+	// busy, if set, serves the connections accepted while at least busyAt
+	// client connections are open (see WithBusyTier).
+	busy   *grpc.Server
+	busyAt int
 	// GracePeriod bounds how long in-flight requests may take at shutdown.
 	GracePeriod time.Duration
 	// ShutdownDelay is how long the server keeps serving, new connections
@@ -95,6 +102,13 @@ type Transport struct {
 	// MaxStreams is how many requests one connection may have in flight
 	// (at least 1); see DefaultMaxStreamsPerConnection.
 	MaxStreams int
+	// BusyConnections, if positive, is how many open client connections
+	// make the server busy: a connection accepted while at least this many
+	// are open may have BusyMaxStreams requests in flight instead of
+	// MaxStreams, for as long as it lives (GRPCServer.WithBusyTier with
+	// BusyOptions). See DefaultBusyConnections.
+	BusyConnections int
+	BusyMaxStreams  int
 	// MaxHeaderListSize bounds the request metadata of one request, as
 	// HTTP/2 counts it (names, values and 32 bytes per field); larger
 	// requests are refused before their handler.
@@ -113,6 +127,19 @@ const (
 	// request beyond holds a goroutine and its buffers while it waits, and
 	// in a cold start of 5,000 nodes 8 each was 40,000 of them.
 	DefaultMaxStreamsPerConnection = 4
+	// DefaultBusyConnections and DefaultBusyMaxStreams: once 256 client
+	// connections are open (a cluster of hundreds of nodes, or a cold
+	// start of thousands), a new connection may have 2 requests in flight.
+	// 256 connections at 4 each already keep a replica's CPUs busy; what a
+	// 5,000-node cold start sends beyond that only waits in the server,
+	// each request holding a goroutine, its stack and its buffers, and the
+	// garbage collector's goal grows with those stacks. Its clients wait
+	// on their own side instead, at no cost to the server. (At 4 per
+	// connection such a storm held 20,000 requests and 1.7 GiB of heap;
+	// at 2, half. One per connection was no faster than 2: each answer
+	// then goes out in a write of its own.)
+	DefaultBusyConnections = 256
+	DefaultBusyMaxStreams  = 2
 	// DefaultMaxHeaderListSize is 16 KiB: a request carries a token of at
 	// most 8 KiB and a few short fields (grpc-go's own default is 16 MiB).
 	DefaultMaxHeaderListSize = 16 << 10
@@ -145,6 +172,12 @@ func (t Transport) Options() []grpc.ServerOption {
 	return append(opts, grpc.KeepaliveParams(kp))
 }
 
+// BusyOptions returns the server options that apply t to a connection
+// accepted while busy (see Transport.BusyConnections).
+func (t Transport) BusyOptions() []grpc.ServerOption {
+	return []grpc.ServerOption{grpc.MaxConcurrentStreams(uint32(max(1, t.BusyMaxStreams)))}
+}
+
 // LimitConnections returns a listener that holds at most n connections
 // open at once (n <= 0: no limit). A connection beyond waits in the
 // kernel's accept queue until one closes; its client's connect times out
@@ -167,10 +200,26 @@ func NewGRPCServer(svc *Service, tlsCfg *tls.Config, opts ...grpc.ServerOption) 
 		grpc.NumStreamWorkers(streamWorkers),
 		grpc.ReadBufferSize(readBufferSize),
 	}, opts...)
-	g := &GRPCServer{grpc: grpc.NewServer(opts...), health: health.NewServer(), svc: svc, GracePeriod: 15 * time.Second}
-	capb.RegisterIstioCertificateServiceServer(g.grpc, svc)
-	healthpb.RegisterHealthServer(g.grpc, g.health)
+	g := &GRPCServer{grpc: grpc.NewServer(opts...), health: health.NewServer(), svc: svc, opts: opts, GracePeriod: 15 * time.Second}
+	g.register(g.grpc)
 	g.updateHealth()
+	return g
+}
+
+func (g *GRPCServer) register(s *grpc.Server) {
+	capb.RegisterIstioCertificateServiceServer(s, g.svc)
+	healthpb.RegisterHealthServer(s, g.health)
+}
+
+// WithBusyTier has the connections accepted while at least connections
+// client connections are open served with opts added to the server's
+// (a lower stream limit: Transport.BusyOptions), for as long as each
+// lives; connections <= 0 leaves g as it is. Call it before Serve.
+func (g *GRPCServer) WithBusyTier(connections int, opts ...grpc.ServerOption) *GRPCServer {
+	if connections > 0 {
+		g.busy, g.busyAt = grpc.NewServer(append(slices.Clone(g.opts), opts...)...), connections
+		g.register(g.busy)
+	}
 	return g
 }
 
@@ -190,12 +239,40 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	audited := make(chan struct{})
 	go func() { g.svc.RunAudit(auditCtx, 0); close(audited) }()
 	defer func() { stopAudit(); <-audited }()
-	errc := make(chan error, 1)
-	go func() { errc <- g.grpc.Serve(lis) }()
+	servers := g.servers()
+	listeners := []net.Listener{lis}
+	if g.busy != nil {
+		split := newSplitListener(lis, g.busyAt)
+		go split.run()
+		listeners = []net.Listener{split.normal, split.busy}
+	}
+	errc := make(chan error, len(servers))
+	for i, s := range servers {
+		go func() { errc <- s.Serve(listeners[i]) }()
+	}
+	// wait collects the servers' Serve results once they are stopping.
+	wait := func(first error) error {
+		errs := []error{first}
+		for range len(servers) - 1 {
+			errs = append(errs, <-errc)
+		}
+		for _, err := range errs {
+			if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+				return err
+			}
+		}
+		return nil
+	}
+	stopAll := func() {
+		for _, s := range servers {
+			s.Stop()
+		}
+	}
 	select {
 	case err := <-errc:
 		close(done)
-		return err
+		stopAll()
+		return errors.Join(err, wait(nil))
 	case <-ctx.Done():
 	}
 	close(done)
@@ -203,21 +280,34 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	if g.ShutdownDelay > 0 {
 		select {
 		case err := <-errc:
-			return err
+			stopAll()
+			return errors.Join(err, wait(nil))
 		case <-time.After(g.ShutdownDelay):
 		}
 	}
 	stopped := make(chan struct{})
-	go func() { g.grpc.GracefulStop(); close(stopped) }()
+	go func() {
+		var wg sync.WaitGroup
+		for _, s := range servers {
+			wg.Go(s.GracefulStop)
+		}
+		wg.Wait()
+		close(stopped)
+	}()
 	select {
 	case <-stopped:
 	case <-time.After(g.GracePeriod):
-		g.grpc.Stop()
+		stopAll()
 	}
-	if err := <-errc; err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-		return err
+	return wait(<-errc)
+}
+
+// servers are the gRPC servers behind g: one, or one per tier.
+func (g *GRPCServer) servers() []*grpc.Server {
+	if g.busy == nil {
+		return []*grpc.Server{g.grpc}
 	}
-	return nil
+	return []*grpc.Server{g.grpc, g.busy}
 }
 
 // watchHealth keeps the health service in step with readiness. Readiness

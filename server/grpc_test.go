@@ -63,6 +63,9 @@ type envConfig struct {
 	wrapSigner    func(server.Signer) server.Signer
 	service       func(*server.Config)
 	listener      func(net.Listener) net.Listener
+	// busyAt and busyOpts are the server's busy tier (WithBusyTier).
+	busyAt   int
+	busyOpts []grpc.ServerOption
 }
 
 type envOption func(*envConfig)
@@ -103,7 +106,7 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0), cfg.opts...)
+	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0), cfg.opts...).WithBusyTier(cfg.busyAt, cfg.busyOpts...)
 	g.ShutdownDelay = cfg.shutdownDelay
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/grpc"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
@@ -31,7 +33,10 @@ func defaultTransport() server.Transport {
 }
 
 func withTransport(t server.Transport) envOption {
-	return func(c *envConfig) { c.opts = append(c.opts, t.Options()...) }
+	return func(c *envConfig) {
+		c.opts = append(c.opts, t.Options()...)
+		c.busyAt, c.busyOpts = t.BusyConnections, t.BusyOptions()
+	}
 }
 
 // An unauthenticated client cannot make the server hold megabytes of
@@ -115,13 +120,58 @@ func (a *countingAuthenticator) Authenticate(ctx context.Context, token string) 
 }
 
 // One connection has at most MaxStreams requests in the server at once;
-// the client queues the rest itself, and every request is served.
+// the client queues the rest itself, and every request is served. Once
+// BusyConnections connections are open, a new connection has at most
+// BusyMaxStreams, and one that came before still has MaxStreams.
 func TestStreamsPerConnectionBounded(t *testing.T) {
-	held := &countingAuthenticator{release: make(chan struct{})}
-	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), withTransport(defaultTransport()), func(c *envConfig) {
-		c.service = func(cfg *server.Config) { held.Authenticator = cfg.Authenticator; cfg.Authenticator = held }
-	})
-	c := capb.NewIstioCertificateServiceClient(e.conn(t))
+	busy := defaultTransport()
+	busy.BusyConnections, busy.BusyMaxStreams = 2, 1
+	tests := []struct {
+		name      string
+		transport server.Transport
+		// earlier connections open before the one measured, and whether
+		// the measured one is the first of them instead
+		earlier      int
+		measureFirst bool
+		want         int32
+	}{
+		{"the first connection", defaultTransport(), 0, false, server.DefaultMaxStreamsPerConnection},
+		{"a connection while not busy", busy, 1, false, server.DefaultMaxStreamsPerConnection},
+		{"a connection while busy", busy, 2, false, 1},
+		{"a connection from before the server was busy", busy, 2, true, server.DefaultMaxStreamsPerConnection},
+		{"no busy tier", func() server.Transport { t := busy; t.BusyConnections = 0; return t }(), 2, false, server.DefaultMaxStreamsPerConnection},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			held := &countingAuthenticator{release: make(chan struct{})}
+			e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), withTransport(tt.transport), func(c *envConfig) {
+				c.service = func(cfg *server.Config) { held.Authenticator = cfg.Authenticator; cfg.Authenticator = held }
+			})
+			var conns []*grpc.ClientConn
+			for range tt.earlier + 1 {
+				conn := e.conn(t)
+				// A health check connects without taking a stream slot.
+				if _, err := healthpb.NewHealthClient(conn).Check(ctxT(t), &healthpb.HealthCheckRequest{}); err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, conn)
+			}
+			measured := conns[len(conns)-1]
+			if tt.measureFirst {
+				measured = conns[0]
+			}
+			if got := held.concurrency(t, capb.NewIstioCertificateServiceClient(measured), tt.want); got != tt.want {
+				t.Errorf("%d requests of one connection in the server at once, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// concurrency sends 20 requests at once on c, holds them in the server
+// until want of them are in or 5 s have passed, lets them go, and returns
+// the most that were in the server at once. Every request must succeed.
+func (a *countingAuthenticator) concurrency(t *testing.T, c capb.IstioCertificateServiceClient, want int32) int32 {
+	t.Helper()
 	req := ztunnelRequest(t)
 	const n = 20
 	errs := make(chan error, n)
@@ -131,22 +181,20 @@ func TestStreamsPerConnectionBounded(t *testing.T) {
 			errs <- err
 		}()
 	}
-	for deadline := time.Now().Add(5 * time.Second); held.inFlight.Load() < server.DefaultMaxStreamsPerConnection; {
+	for deadline := time.Now().Add(5 * time.Second); a.inFlight.Load() < want; {
 		if time.Now().After(deadline) {
-			t.Fatalf("only %d requests reached the server", held.inFlight.Load())
+			t.Fatalf("only %d requests reached the server", a.inFlight.Load())
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	time.Sleep(100 * time.Millisecond) // room for a fifth, were it let in
-	close(held.release)
+	time.Sleep(100 * time.Millisecond) // room for one more, were it let in
+	close(a.release)
 	for range n {
 		if err := <-errs; err != nil {
 			t.Errorf("request: %v", err)
 		}
 	}
-	if got := held.maxSeen.Load(); got != server.DefaultMaxStreamsPerConnection {
-		t.Errorf("%d requests of one connection in the server at once, want %d", got, server.DefaultMaxStreamsPerConnection)
-	}
+	return a.maxSeen.Load()
 }
 
 // A connection no request uses for MaxConnectionIdle is closed; the

@@ -86,6 +86,8 @@ type serveConfig struct {
 	MaxQueued          int
 	MaxQueuedPerNode   int
 	MaxStreams         int
+	BusyConns          int
+	BusyMaxStreams     int
 	MaxConnIdle        time.Duration
 	MaxConns           int
 	MaxHeaderBytes     int
@@ -183,6 +185,8 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueuedPerNode, "max-queued-per-node", server.DefaultMaxQueuedPerNode, "requests from one node (its node agent and pods) that may wait for a signing slot, so that no node takes the queue")
 	fs.IntVar(&c.MaxStreams, "max-streams-per-connection", server.DefaultMaxStreamsPerConnection, "requests one client connection may have in flight (HTTP/2 concurrent streams); a client wanting more queues them itself")
+	fs.IntVar(&c.BusyConns, "busy-connections", server.DefaultBusyConnections, "open client connections from which a new connection may have only --busy-max-streams requests in flight, for as long as it lives; 0: every connection gets --max-streams-per-connection")
+	fs.IntVar(&c.BusyMaxStreams, "busy-max-streams", server.DefaultBusyMaxStreams, "requests a connection accepted while --busy-connections are open may have in flight")
 	fs.IntVar(&c.MaxConns, "max-connections", server.DefaultMaxConnections, "client connections open at once; a connection beyond waits to be accepted until one closes")
 	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
@@ -498,8 +502,11 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	if c.CADirPoll <= 0 {
 		errs = append(errs, errors.New("--ca-dir-poll-interval must be positive"))
 	}
-	if c.SignQueueTimeout <= 0 || c.MaxQueued <= 0 || c.MaxQueuedPerNode <= 0 || c.MaxStreams <= 0 {
-		errs = append(errs, errors.New("--sign-queue-timeout, --max-queued-requests, --max-queued-per-node and --max-streams-per-connection must be positive"))
+	if c.SignQueueTimeout <= 0 || c.MaxQueued <= 0 || c.MaxQueuedPerNode <= 0 || c.MaxStreams <= 0 || c.BusyMaxStreams <= 0 {
+		errs = append(errs, errors.New("--sign-queue-timeout, --max-queued-requests, --max-queued-per-node, --max-streams-per-connection and --busy-max-streams must be positive"))
+	}
+	if c.BusyConns < 0 {
+		errs = append(errs, errors.New("--busy-connections must be 0 (no busy tier) or more"))
 	}
 	if c.TokenKeysRefresh <= 0 {
 		errs = append(errs, errors.New("--token-keys-refresh must be positive"))

@@ -300,11 +300,13 @@ func (a *app) buildServer(ctx context.Context) error {
 	transport := server.Transport{
 		MaxConnectionAge: a.cfg.MaxConnAge, MaxConnectionAgeGrace: a.cfg.GracePeriod,
 		MaxConnectionIdle: a.cfg.MaxConnIdle, MaxStreams: a.cfg.MaxStreams,
+		BusyConnections: a.cfg.BusyConns, BusyMaxStreams: a.cfg.BusyMaxStreams,
 		MaxHeaderListSize: uint32(a.cfg.MaxHeaderBytes), HandshakeTimeout: server.DefaultHandshakeTimeout,
 	}
 	a.grpc = server.NewGRPCServer(a.svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
 		append(transport.Options(), grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
-			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))))...)
+			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))))...).
+		WithBusyTier(transport.BusyConnections, transport.BusyOptions()...)
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil
