@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"time"
 
@@ -48,7 +49,7 @@ func (b *bench) startCAWith(ctx context.Context, cp *controlplane.ControlPlane, 
 	began := time.Now()
 	readyz := pollReadyz(pollCtx, adminAddr, began)
 	ca, err := cahost.Start(ctx, cahost.Options{Binary: b.opts.binary, Kubeconfig: cp.KubeconfigPath(),
-		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args, Env: env, CPUs: b.place.server})
+		WorkDir: filepath.Join(b.workDir, "ca"), ExtraArgs: args, Env: append(slices.Clone(b.opts.serveEnv), env...), CPUs: b.place.server})
 	if err != nil {
 		return nil, err
 	}

@@ -69,6 +69,7 @@ type options struct {
 	stormCPUProfileDelay              time.Duration
 	stormHeapProfile                  string
 	serveArgs                         listFlag
+	serveEnv                          listFlag
 	stormCompareArgs, stormCompareEnv listFlag
 	keep                              bool
 	strict                            bool
@@ -111,6 +112,7 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.StringVar(&o.idleHeapProfile, "idle-heap-profile", "", "write the server's heap profile while the storm's connections are idle here")
 	fs.Var(&o.stormCompareArgs, "storm-compare-arg", "a flag of `workload-ca serve` to compare in the ztunnel-like storm (repeat for more): each storm round then runs the ztunnel-like storm with it too (results storm_compare_*); it comes after every --serve-arg, so it wins")
 	fs.Var(&o.stormCompareEnv, "storm-compare-env", "KEY=value in the environment of the CA to compare in the storm (repeat for more), as --storm-compare-arg")
+	fs.Var(&o.serveEnv, "serve-env", "KEY=value in the environment of every `workload-ca serve` (repeat for more), e.g. GOMEMLIMIT=512MiB as the chart sets it")
 	fs.Var(&o.serveArgs, "serve-arg", "an extra flag for every `workload-ca serve` (repeat for more), to compare settings")
 	fs.BoolVar(&o.keep, "keep", false, "keep the work dir (logs, audit logs, plans)")
 	fs.BoolVar(&o.strict, "strict", false, "exit 1 when a target is missed")
