@@ -151,8 +151,8 @@ const (
 	DefaultHandshakeTimeout = 10 * time.Second
 	// DefaultMaxConnections bounds the open client connections of one
 	// replica: 16,384 nodes, as many as the signing queue's default holds
-	// requests for at DefaultMaxStreamsPerConnection each (~40 KiB each
-	// when idle, ~640 MiB in all).
+	// requests for even at DefaultMaxStreamsPerConnection each (~40 KiB
+	// each when idle, ~640 MiB in all).
 	DefaultMaxConnections = 16384
 )
 
