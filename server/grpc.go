@@ -272,7 +272,7 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	case err := <-errc:
 		close(done)
 		stopAll()
-		return errors.Join(err, wait(nil))
+		return firstErr(err, wait(nil))
 	case <-ctx.Done():
 	}
 	close(done)
@@ -281,7 +281,7 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 		select {
 		case err := <-errc:
 			stopAll()
-			return errors.Join(err, wait(nil))
+			return firstErr(err, wait(nil))
 		case <-time.After(g.ShutdownDelay):
 		}
 	}
@@ -300,6 +300,15 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 		stopAll()
 	}
 	return wait(<-errc)
+}
+
+// firstErr is err, or else more: a failed listener fails both servers
+// with the same error, and one server's error stays the error it was.
+func firstErr(err, more error) error {
+	if err == nil {
+		return more
+	}
+	return err
 }
 
 // servers are the gRPC servers behind g: one, or one per tier.
