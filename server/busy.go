@@ -61,20 +61,19 @@ func (s *splitListener) run() {
 }
 
 func (s *splitListener) queuesClosed() bool {
+	return isClosed(s.normal.closed) && isClosed(s.busy.closed)
+}
+
+func isClosed(c <-chan struct{}) bool {
 	select {
-	case <-s.normal.closed:
-	default:
-		return false
-	}
-	select {
-	case <-s.busy.closed:
+	case <-c:
 		return true
 	default:
 		return false
 	}
 }
 
-// closeQueue closes lis once both queues are closed, which ends run.
+// queueClosed closes lis once both queues are closed, which ends run.
 func (s *splitListener) queueClosed() {
 	if s.queuesClosed() {
 		s.closing.Do(func() { _ = s.lis.Close() })

@@ -105,8 +105,8 @@ type Transport struct {
 	// BusyConnections, if positive, is how many open client connections
 	// make the server busy: a connection accepted while at least this many
 	// are open may have BusyMaxStreams requests in flight instead of
-	// MaxStreams, for as long as it lives (GRPCServer.WithBusyTier with
-	// BusyOptions). See DefaultBusyConnections.
+	// MaxStreams, for as long as it lives (GRPCServer.WithBusyTier). See
+	// DefaultBusyConnections.
 	BusyConnections int
 	BusyMaxStreams  int
 	// MaxHeaderListSize bounds the request metadata of one request, as
@@ -172,12 +172,6 @@ func (t Transport) Options() []grpc.ServerOption {
 	return append(opts, grpc.KeepaliveParams(kp))
 }
 
-// BusyOptions returns the server options that apply t to a connection
-// accepted while busy (see Transport.BusyConnections).
-func (t Transport) BusyOptions() []grpc.ServerOption {
-	return []grpc.ServerOption{grpc.MaxConcurrentStreams(uint32(max(1, t.BusyMaxStreams)))}
-}
-
 // LimitConnections returns a listener that holds at most n connections
 // open at once (n <= 0: no limit). A connection beyond waits in the
 // kernel's accept queue until one closes; its client's connect times out
@@ -211,13 +205,14 @@ func (g *GRPCServer) register(s *grpc.Server) {
 	healthpb.RegisterHealthServer(s, g.health)
 }
 
-// WithBusyTier has the connections accepted while at least connections
-// client connections are open served with opts added to the server's
-// (a lower stream limit: Transport.BusyOptions), for as long as each
-// lives; connections <= 0 leaves g as it is. Call it before Serve.
-func (g *GRPCServer) WithBusyTier(connections int, opts ...grpc.ServerOption) *GRPCServer {
-	if connections > 0 {
-		g.busy, g.busyAt = grpc.NewServer(append(slices.Clone(g.opts), opts...)...), connections
+// WithBusyTier has the connections accepted while at least
+// t.BusyConnections client connections are open served with at most
+// t.BusyMaxStreams requests in flight, for as long as each lives; with no
+// BusyConnections it leaves g as it is. Call it before Serve.
+func (g *GRPCServer) WithBusyTier(t Transport) *GRPCServer {
+	if t.BusyConnections > 0 {
+		opts := append(slices.Clone(g.opts), grpc.MaxConcurrentStreams(uint32(max(1, t.BusyMaxStreams))))
+		g.busy, g.busyAt = grpc.NewServer(opts...), t.BusyConnections
 		g.register(g.busy)
 	}
 	return g

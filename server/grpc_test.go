@@ -63,9 +63,9 @@ type envConfig struct {
 	wrapSigner    func(server.Signer) server.Signer
 	service       func(*server.Config)
 	listener      func(net.Listener) net.Listener
-	// busyAt and busyOpts are the server's busy tier (WithBusyTier).
-	busyAt   int
-	busyOpts []grpc.ServerOption
+	// transport's busy tier is the server's (WithBusyTier); its other
+	// fields come through opts.
+	transport server.Transport
 }
 
 type envOption func(*envConfig)
@@ -106,7 +106,7 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0), cfg.opts...).WithBusyTier(cfg.busyAt, cfg.busyOpts...)
+	g := server.NewGRPCServer(svc, server.TLSConfig(serving.GetCertificate, 0), cfg.opts...).WithBusyTier(cfg.transport)
 	g.ShutdownDelay = cfg.shutdownDelay
 	ctx, cancel := context.WithCancel(context.Background())
 	e.stop = cancel

@@ -35,7 +35,7 @@ func defaultTransport() server.Transport {
 func withTransport(t server.Transport) envOption {
 	return func(c *envConfig) {
 		c.opts = append(c.opts, t.Options()...)
-		c.busyAt, c.busyOpts = t.BusyConnections, t.BusyOptions()
+		c.transport = t
 	}
 }
 

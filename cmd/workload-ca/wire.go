@@ -306,7 +306,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	a.grpc = server.NewGRPCServer(a.svc, server.TLSConfig(a.serving.GetCertificate, a.cfg.TLSMinVersion),
 		append(transport.Options(), grpc.ChainUnaryInterceptor(grpcMetrics.UnaryServerInterceptor(),
 			recovery.UnaryServerInterceptor(recovery.WithRecoveryHandler(recoverPanic(a.log)))))...).
-		WithBusyTier(transport.BusyConnections, transport.BusyOptions()...)
+		WithBusyTier(transport)
 	grpcMetrics.InitializeMetrics(a.grpc)
 	a.grpc.GracePeriod, a.grpc.ShutdownDelay = a.cfg.GracePeriod, a.cfg.ShutdownDelay
 	return nil
