@@ -31,7 +31,6 @@ const stormHold = 8 * time.Second
 
 // stormRun is what one cold-start storm measured.
 type stormRun struct {
-	sum           *loadtest.Summary
 	run           *loadRun
 	tokenReviews  int
 	leaderChanges int
@@ -41,7 +40,19 @@ type stormRun struct {
 	controlCPU float64
 	rssEnd     float64 // MiB; 0 when not known
 	rssPeak    float64
-	floor      float64 // certificates per CPU-second around the storm's round
+	floor      float64 // certificates per CPU-second around the storm; 0 when not known
+}
+
+// seconds is how long the storm took; 0 if it did not finish.
+func (r stormRun) seconds() float64 { return r.run.sum.AllDoneSeconds }
+
+// efficiency is the planned certificates' time at the floor over the
+// storm's time; 0 when either is not known.
+func (r stormRun) efficiency(planned int) float64 {
+	if r.floor <= 0 || r.seconds() <= 0 {
+		return 0
+	}
+	return float64(planned) / r.floor / r.seconds()
 }
 
 // stormVariant is one kind of storm of each round: the client's retries,
@@ -107,12 +118,10 @@ rounds:
 				errs = append(errs, fmt.Errorf("crypto floor after a storm: %w", ferr))
 				break rounds
 			}
-			if s != nil && s.sum.AllDoneSeconds > 0 {
+			if s != nil {
 				s.floor = (before.perCPUSecond + after.perCPUSecond) / 2
 				b.logf("  crypto floor around it: %.0f certs per CPU-second (before %.0f, after %.0f), efficiency %.2f",
-					s.floor, before.perCPUSecond, after.perCPUSecond, float64(planned)/s.floor/s.sum.AllDoneSeconds)
-			}
-			if s != nil {
+					s.floor, before.perCPUSecond, after.perCPUSecond, s.efficiency(planned))
 				runs[v.key] = append(runs[v.key], *s)
 			}
 			before = after
@@ -136,17 +145,18 @@ func (b *bench) recordStorms(variants []stormVariant, runs map[string][]stormRun
 			continue
 		}
 		key := v.key
-		slices.SortStableFunc(rs, func(a, b stormRun) int { return cmp.Compare(a.sum.AllDoneSeconds, b.sum.AllDoneSeconds) })
+		slices.SortStableFunc(rs, func(a, b stormRun) int { return cmp.Compare(a.seconds(), b.seconds()) })
 		mid := rs[(len(rs)-1)/2] // the lower median, a storm that ran
+		midSum := mid.run.sum
 		seconds := make([]float64, len(rs))
 		var efficiency, cpu, control []float64
-		certs, errorsSeen, reviews, changes, peak := rs[0].sum.Certs, uint64(0), 0, 0, 0.0
+		certs, errorsSeen, reviews, changes, peak := rs[0].run.sum.Certs, uint64(0), 0, 0, 0.0
 		byCode := map[string]uint64{}
 		samples := map[string]string{}
 		for i, r := range rs {
-			seconds[i] = r.sum.AllDoneSeconds
-			if r.floor > 0 && r.sum.AllDoneSeconds > 0 {
-				efficiency = append(efficiency, float64(planned)/r.floor/r.sum.AllDoneSeconds)
+			seconds[i] = r.seconds()
+			if e := r.efficiency(planned); e > 0 {
+				efficiency = append(efficiency, e)
 				floors = append(floors, r.floor)
 			}
 			if r.serverCPU >= 0 {
@@ -155,21 +165,21 @@ func (b *bench) recordStorms(variants []stormVariant, runs map[string][]stormRun
 			if r.controlCPU >= 0 {
 				control = append(control, r.controlCPU)
 			}
-			certs, errorsSeen = min(certs, r.sum.Certs), errorsSeen+r.sum.Errors
+			certs, errorsSeen = min(certs, r.run.sum.Certs), errorsSeen+r.run.sum.Errors
 			reviews, changes, peak = max(reviews, r.tokenReviews), changes+r.leaderChanges, max(peak, r.rssPeak)
-			for code, n := range r.sum.ErrorsByCode {
+			for code, n := range r.run.sum.ErrorsByCode {
 				byCode[code] += n
 			}
-			for code, msg := range r.sum.ErrorSamples {
+			for code, msg := range r.run.sum.ErrorSamples {
 				if _, ok := samples[code]; !ok {
 					samples[code] = msg
 				}
 			}
 		}
 		b.res.set(key+"rounds", len(rs))
-		b.res.set(key+"ztunnels", mid.sum.Ztunnels)
+		b.res.set(key+"ztunnels", midSum.Ztunnels)
 		b.res.set(key+"planned_certs", planned)
-		b.res.set(key+"distinct_tokens", mid.sum.Ztunnels) // one token per ztunnel
+		b.res.set(key+"distinct_tokens", midSum.Ztunnels) // one token per ztunnel
 		b.res.set(key+"certs", certs)
 		b.res.set(key+"errors", errorsSeen)
 		b.res.set(key+"errors_by_code", byCode)
@@ -189,9 +199,9 @@ func (b *bench) recordStorms(variants []stormVariant, runs map[string][]stormRun
 		if len(control) > 0 {
 			b.res.set(key+"control_plane_cpu_seconds", median(control))
 		}
-		b.res.set(key+"p99_ms", mid.sum.LatencyMS.P99)
-		b.res.set(key+"certs_per_second", mid.sum.CertsPerSecond)
-		b.res.set(key+"errors_per_second", mid.sum.ErrorsPerSecond)
+		b.res.set(key+"p99_ms", midSum.LatencyMS.P99)
+		b.res.set(key+"certs_per_second", midSum.CertsPerSecond)
+		b.res.set(key+"errors_per_second", midSum.ErrorsPerSecond)
 		for name, series := range mid.run.perSecond {
 			b.res.set(key+name+"_cores_per_second", series)
 		}
@@ -208,7 +218,7 @@ func (b *bench) recordStorms(variants []stormVariant, runs map[string][]stormRun
 		if len(rs) > 1 {
 			label += fmt.Sprintf(" (median of %d)", len(rs))
 		}
-		curves = append(curves, curve{label: label, certs: mid.sum.CertsPerSecond, errs: mid.sum.ErrorsPerSecond})
+		curves = append(curves, curve{label: label, certs: midSum.CertsPerSecond, errs: midSum.ErrorsPerSecond})
 	}
 	if len(floors) > 0 {
 		floor := median(floors)
@@ -292,7 +302,7 @@ func (b *bench) measureStorm(ctx context.Context, cp *controlplane.ControlPlane,
 	if err != nil {
 		return nil, err
 	}
-	out := &stormRun{sum: s, run: r, tokenReviews: reviewsAfter - reviewsBefore, serverCPU: -1, controlCPU: -1}
+	out := &stormRun{run: r, tokenReviews: reviewsAfter - reviewsBefore, serverCPU: -1, controlCPU: -1}
 	out.leaderChanges = int(leaseAfter.transitions - leaseBefore.transitions)
 	if out.leaderChanges == 0 && leaseAfter.holder != leaseBefore.holder {
 		out.leaderChanges = 1
