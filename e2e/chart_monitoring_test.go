@@ -28,12 +28,62 @@ func metricNames(o *unstructured.Unstructured) []string {
 // checkMonitoring checks the optional monitoring objects (PrometheusRule,
 // dashboard) that full-values.yaml turns on.
 func checkMonitoring(t *testing.T, objs []*unstructured.Unstructured) {
+	promtool := promtoolPath(t)
+	checkAlerts(t, promtool, objs)
+	checkDashboard(t, promtool, objs)
+}
+
+// promtoolPath finds promtool, failing t without it.
+func promtoolPath(t *testing.T) string {
+	t.Helper()
 	promtool, err := exec.LookPath("promtool")
 	if err != nil {
 		t.Fatalf("%v: install Debian's prometheus package (`make prometheus-tools`)", err)
 	}
-	checkAlerts(t, promtool, objs)
-	checkDashboard(t, promtool, objs)
+	return promtool
+}
+
+// alertRules returns the rendered PrometheusRule's spec and each alert's
+// annotations, by alert name.
+func alertRules(t *testing.T, objs []*unstructured.Unstructured) (spec map[string]any, annotations map[string]map[string]string) {
+	t.Helper()
+	spec, _, _ = unstructured.NestedMap(findObject(t, objs, "PrometheusRule").Object, "spec")
+	annotations = map[string]map[string]string{}
+	groups, _, _ := unstructured.NestedSlice(spec, "groups")
+	for _, g := range groups {
+		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
+		for _, r := range rules {
+			if name, _, _ := unstructured.NestedString(r.(map[string]any), "alert"); name != "" {
+				annotations[name], _, _ = unstructured.NestedStringMap(r.(map[string]any), "annotations")
+			}
+		}
+	}
+	return spec, annotations
+}
+
+// promtoolTest has promtool check the rules of spec and run tests (promtool
+// rule test groups) against them.
+func promtoolTest(t *testing.T, promtool string, spec map[string]any, tests any) {
+	t.Helper()
+	dir := t.TempDir()
+	write := func(name string, v any) {
+		b, err := json.Marshal(v) // JSON is YAML
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("rules.yaml", spec)
+	write("test.yaml", map[string]any{"rule_files": []string{"rules.yaml"}, "evaluation_interval": "1m", "tests": tests})
+	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "test.yaml"}} {
+		cmd := exec.CommandContext(t.Context(), promtool, args...)
+		cmd.Dir = dir
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
+		}
+	}
 }
 
 // checkDashboard parses the dashboard JSON and has promtool parse every
@@ -78,17 +128,7 @@ func checkDashboard(t *testing.T, promtool string, objs []*unstructured.Unstruct
 // rules load, fire on the trouble they name with the labels and
 // annotations an operator gets, and stay silent on a healthy CA.
 func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructured) {
-	rule := findObject(t, objs, "PrometheusRule")
-	spec, _, _ := unstructured.NestedMap(rule.Object, "spec")
-	annotations := map[string]map[string]string{} // by alert name
-	groups, _, _ := unstructured.NestedSlice(spec, "groups")
-	for _, g := range groups {
-		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
-		for _, r := range rules {
-			name, _, _ := unstructured.NestedString(r.(map[string]any), "alert")
-			annotations[name], _, _ = unstructured.NestedStringMap(r.(map[string]any), "annotations")
-		}
-	}
+	spec, annotations := alertRules(t, objs)
 	// The annotations an alert should carry: the rendered ones with their
 	// Prometheus templates filled in as Prometheus would.
 	expect := func(alert string, subst ...string) map[string]string {
@@ -242,27 +282,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		t.Fatalf("the PrometheusRule has %d alerts, want at least 15", len(annotations))
 	}
 	checkRunbooks(t, annotations)
-
-	dir := t.TempDir()
-	write := func(name string, v any) {
-		b, err := json.Marshal(v) // JSON is YAML
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("rules.yaml", spec)
-	write("test.yaml", map[string]any{"rule_files": []string{"rules.yaml"}, "evaluation_interval": "1m",
-		"tests": []group{trouble, healthy, dire}})
-	for _, args := range [][]string{{"check", "rules", "rules.yaml"}, {"test", "rules", "test.yaml"}} {
-		cmd := exec.CommandContext(t.Context(), promtool, args...)
-		cmd.Dir = dir
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Errorf("promtool %s: %v\n%s", strings.Join(args, " "), err, out)
-		}
-	}
+	promtoolTest(t, promtool, spec, []group{trouble, healthy, dire})
 }
 
 // checkUpstreamAlert unit-tests, with promtool, the alert that only an
@@ -270,29 +290,16 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 // successor has been overdue for upstreamSuccessorMinutes, with the time
 // left, and is silent without the series.
 func checkUpstreamAlert(t *testing.T, objs []*unstructured.Unstructured) {
-	promtool, err := exec.LookPath("promtool")
-	if err != nil {
-		t.Fatalf("%v: install Debian's prometheus package (`make prometheus-tools`)", err)
-	}
-	spec, _, _ := unstructured.NestedMap(findObject(t, objs, "PrometheusRule").Object, "spec")
 	const name = "WorkloadCAUpstreamSuccessorMissing"
-	selector := `namespace="wca-chart-upstream",job="wca-workload-ca",pod="p0"`
-	annotations := map[string]string{}
-	groups, _, _ := unstructured.NestedSlice(spec, "groups")
-	for _, g := range groups {
-		rules, _, _ := unstructured.NestedSlice(g.(map[string]any), "rules")
-		for _, r := range rules {
-			if alert, _, _ := unstructured.NestedString(r.(map[string]any), "alert"); alert == name {
-				annotations, _, _ = unstructured.NestedStringMap(r.(map[string]any), "annotations")
-			}
-		}
-	}
-	if len(annotations) == 0 {
+	spec, all := alertRules(t, objs)
+	if len(all[name]) == 0 {
 		t.Fatalf("no %s alert rendered", name)
 	}
-	for k, v := range annotations {
+	annotations := map[string]string{}
+	for k, v := range all[name] {
 		annotations[k] = strings.ReplaceAll(v, "{{ $value | humanizeDuration }}", "1h 0m 0s")
 	}
+	selector := `namespace="wca-chart-upstream",job="wca-workload-ca",pod="p0"`
 	group := func(values string, fires bool) map[string]any {
 		var alerts []any
 		if fires {
@@ -303,20 +310,7 @@ func checkUpstreamAlert(t *testing.T, objs []*unstructured.Unstructured) {
 			"input_series":    []any{map[string]string{"series": "workload_ca_upstream_expiry_without_successor_seconds{" + selector + "}", "values": values}},
 			"alert_rule_test": []any{map[string]any{"eval_time": "2h", "alertname": name, "exp_alerts": alerts}}}
 	}
-	dir := t.TempDir()
-	rules, _ := json.Marshal(spec)
-	tests, _ := json.Marshal(map[string]any{"rule_files": []string{"rules.yaml"}, "evaluation_interval": "1m",
-		"tests": []any{group("3600x180", true), group("_x180", false)}})
-	for f, b := range map[string][]byte{"rules.yaml": rules, "test.yaml": tests} {
-		if err := os.WriteFile(filepath.Join(dir, f), b, 0o600); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cmd := exec.CommandContext(t.Context(), promtool, "test", "rules", "test.yaml")
-	cmd.Dir = dir
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Errorf("promtool test rules (%s): %v\n%s", name, err, out)
-	}
+	promtoolTest(t, promtoolPath(t), spec, []any{group("3600x180", true), group("_x180", false)})
 }
 
 // checkRunbooks: every alert's runbook_url points at its own section of

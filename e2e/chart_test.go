@@ -285,8 +285,6 @@ func checkDefaultRender(t *testing.T, objs []*unstructured.Unstructured) {
 	}
 }
 
-// checkPluginRender: the plug-in CA is mounted read-only as --ca-dir, and
-// nothing that mode does not need is granted.
 // checkUpstreamRender: with ca.upstream, the CA gets --ca-upstream-config
 // from a ConfigMap that names the upstream, Vault's credentials or the
 // Role's CertificateRequests, and the upstream's alert.
@@ -339,6 +337,8 @@ func configMapData(t *testing.T, objs []*unstructured.Unstructured, suffix, key 
 	return ""
 }
 
+// checkPluginRender: the plug-in CA is mounted read-only as --ca-dir, and
+// nothing that mode does not need is granted.
 func checkPluginRender(t *testing.T, objs []*unstructured.Unstructured) {
 	args := deploymentArgs(t, objs)
 	if !slices.Contains(args, "--ca-dir=/var/run/workload-ca/cacerts") || slices.ContainsFunc(args, hasPrefix("--ca-secret")) {
