@@ -5,6 +5,11 @@ SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
 
+# Every build (the product, the image, the tools, the e2e dependencies and
+# whatever the tests build) uses this Go: machines start on their own Go and
+# ignore go.mod's toolchain line, so it is set here and exported. The go
+# command fetches it from the module proxy once.
+export GOTOOLCHAIN := go1.27.3
 GO      ?= go
 BIN     := $(CURDIR)/bin
 VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
