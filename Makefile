@@ -52,7 +52,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager
+.PHONY: tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -97,6 +97,7 @@ test: lint generate-check chart-lint unit fuzz-smoke e2e ## Everything CI runs.
 # opens a cloud key, and they would be compiled once more, with -race.
 unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	$(GO) test -race -tags nocloudkms -count=1 $(UNIT_PKGS)
+	cd tools/vuln && $(GO) test -count=1 ./vulngate
 
 # The suite runs the image's binary too; this machine's platform is enough.
 e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
@@ -145,10 +146,18 @@ fuzz: ## Run each fuzz target for FUZZTIME (default 30s).
 		done; \
 	done
 
-lint: tools vuln config-reference-check ## golangci-lint, buf lint, go vet, govulncheck, the configuration reference current.
+lint: tools vuln config-reference-check tidy-check ## golangci-lint, buf lint, go vet, govulncheck, the configuration reference current.
 	$(GO) vet ./...
 	$(BIN)/golangci-lint run ./...
 	cd proto && $(BIN)/buf lint
+
+# Every module of the repository (the product's and those that pin tools)
+# is tidy: go.mod names what the code imports, and go.sum nothing more.
+GO_MODULES = $$(git ls-files '*go.mod' | xargs -n1 dirname)
+tidy-check: ## Fail if a go.mod or go.sum is not what go mod tidy would write.
+	for m in $(GO_MODULES); do \
+		(cd $$m && $(GO) mod tidy -diff) || { echo "$$m/go.mod is not tidy: run go mod tidy there"; exit 1; }; \
+	done
 
 CONFIG_REFERENCE := docs/configuration-reference.md
 config-reference: ## Regenerate docs/configuration-reference.md from the flag definitions.
@@ -197,9 +206,8 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 # govulncheck reads the Go vulnerability database offline: the OSV files
 # of the golang.org/x/vulndb module pinned in tools/vuln/go.mod, indexed
 # by its own indexdb and cached by that version. vulngate fails on a
-# vulnerable function the code calls in a module go.mod can upgrade, and
-# lists those of the standard library (fixed by the Go release the
-# machine builds with).
+# vulnerable function the code calls, in a module go.mod can upgrade or in
+# the standard library (fixed by raising GOTOOLCHAIN above).
 VULNDB_VERSION := $(shell awk '$$1 == "golang.org/x/vulndb" {print $$2}' tools/vuln/go.mod)
 VULNDB_DIR     := $(CURDIR)/.vulndb/$(VULNDB_VERSION)
 $(BIN)/govulncheck $(BIN)/indexdb: tools/vuln/go.mod tools/vuln/go.sum
