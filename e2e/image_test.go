@@ -53,6 +53,9 @@ func TestImage(t *testing.T) {
 	_ = f.Close()
 	t.Run("named as the chart installs it", func(t *testing.T) { checkImageRef(t, dir) })
 	t.Run("its SBOM lists every module in the binary", func(t *testing.T) { checkSBOM(t, bin) })
+	t.Run("built with the Makefile's pinned Go, as make build's binary is", func(t *testing.T) {
+		checkToolchain(t, bin, os.Getenv(cahost.EnvBinary))
+	})
 	out, err := exec.CommandContext(t.Context(), bin, "version").CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "workload-ca ") {
 		t.Fatalf("version: %v: %s", err, out)
@@ -207,5 +210,38 @@ func checkSBOM(t *testing.T, bin string) {
 	}
 	if len(info.Deps) < 50 {
 		t.Errorf("the binary names %d modules; is it the image's?", len(info.Deps))
+	}
+}
+
+// checkToolchain checks that every binary named was built with the Go
+// release the Makefile pins (GOTOOLCHAIN), and so is this test: a machine
+// that built with its own Go would ship the standard library's fixed
+// vulnerabilities again.
+func checkToolchain(t *testing.T, bins ...string) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pinned string
+	for line := range strings.Lines(string(raw)) {
+		if v, ok := strings.CutPrefix(line, "export GOTOOLCHAIN := "); ok {
+			pinned = strings.TrimSpace(v)
+		}
+	}
+	if !strings.HasPrefix(pinned, "go1.") {
+		t.Fatalf("the Makefile pins no Go toolchain (export GOTOOLCHAIN := go1...): %q", pinned)
+	}
+	if runtime.Version() != pinned {
+		t.Errorf("the e2e suite was built with %s, the Makefile pins %s", runtime.Version(), pinned)
+	}
+	for _, bin := range bins {
+		info, err := buildinfo.ReadFile(bin)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if info.GoVersion != pinned {
+			t.Errorf("%s was built with %s, the Makefile pins %s", bin, info.GoVersion, pinned)
+		}
 	}
 }
