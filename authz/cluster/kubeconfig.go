@@ -33,7 +33,7 @@ const (
 	ReasonInsecure      Reason = "insecure-skip-tls-verify"
 	ReasonNotHTTPS      Reason = "not-https"
 	ReasonNoCA          Reason = "no-ca"
-	ReasonNoCredential  Reason = "no-credential"
+	ReasonNoCredential  Reason = "no-credential" //nolint:gosec // a reason label, not a credential
 	ReasonBasicAuth     Reason = "basic-auth"
 	ReasonImpersonation Reason = "impersonation"
 )

@@ -115,7 +115,9 @@ func remotesReaching(t *testing.T, obs *readiness) *cluster.Remotes {
 	go func() { done <- r.Run(ctx) }()
 	t.Cleanup(func() {
 		cancel()
-		<-done
+		if err := <-done; err != nil {
+			t.Error(err)
+		}
 	})
 	waitFor(t, "Run", func() bool { _, ok := r.Cluster("probe"); return ok })
 	r.Set("probe", cluster.Trusted, nil)
@@ -131,7 +133,7 @@ func execPlugin(t *testing.T) (user, marker string) {
 	script := filepath.Join(dir, "plugin.sh")
 	body := "#!/bin/sh\ntouch " + marker + "\n" +
 		`echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"from-plugin"}}'` + "\n"
-	if err := os.WriteFile(script, []byte(body), 0o700); err != nil { //nolint:gosec // the test's own plugin
+	if err := os.WriteFile(script, []byte(body), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	return "exec:\n  apiVersion: client.authentication.k8s.io/v1\n  command: " + script + "\n  interactiveMode: Never", marker
