@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -278,7 +279,7 @@ func TestMultiCluster(t *testing.T) {
 func hostileRemoteSecret(ctx context.Context, t *testing.T, secrets typedcorev1.SecretInterface, ns string,
 	ask func(cluster string) codes.Code, metrics func() string) {
 	t.Helper()
-	dir := t.TempDir()
+	dir := t.TempDir() // named for the subtest: quoted below
 	marker, script, tokenFile := filepath.Join(dir, "exec-ran"), filepath.Join(dir, "plugin.sh"), filepath.Join(dir, "token")
 	plugin := "#!/bin/sh\ntouch " + marker + "\n" +
 		`echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"from-plugin"}}'` + "\n"
@@ -310,8 +311,8 @@ current-context: c
 	hostile := &corev1.Secret{
 		ObjectMeta: metav1.ObjectMeta{Name: "istio-remote-secret-hostile", Namespace: ns, Labels: map[string]string{"istio/multiCluster": "true"}},
 		Data: map[string][]byte{
-			"evil-exec": kubeconfig(`{exec: {apiVersion: client.authentication.k8s.io/v1, command: ` + script + `, interactiveMode: Never}}`),
-			"evil-file": kubeconfig(`{tokenFile: ` + tokenFile + `}`),
+			"evil-exec": kubeconfig(`{exec: {apiVersion: client.authentication.k8s.io/v1, command: ` + strconv.Quote(script) + `, interactiveMode: Never}}`),
+			"evil-file": kubeconfig(`{tokenFile: ` + strconv.Quote(tokenFile) + `}`),
 		},
 	}
 	if _, err := secrets.Create(ctx, hostile, metav1.CreateOptions{}); err != nil {
@@ -328,12 +329,16 @@ current-context: c
 	}
 	began := time.Now()
 	for m := metrics(); !refusedBoth(m); m = metrics() {
-		if time.Since(began) > 30*time.Second {
-			t.Fatalf("the CA did not refuse the hostile kubeconfigs within 30s:\n%s", grepLines(m, "refused", 20))
+		if time.Since(began) > 20*time.Second {
+			// Go on: what the CA did with them says more.
+			t.Errorf("the CA did not count both hostile kubeconfigs refused within 20s:\n%s", grepLines(m, "refused", 20))
+			break
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
-	t.Logf("both hostile kubeconfigs refused %v after the Secret was created", time.Since(began).Round(time.Millisecond))
+	if !t.Failed() {
+		t.Logf("both hostile kubeconfigs refused %v after the Secret was created", time.Since(began).Round(time.Millisecond))
+	}
 	for _, id := range []string{"evil-exec", "evil-file"} {
 		if got := ask(id); got != codes.Unauthenticated {
 			t.Errorf("a caller of cluster %s: %s, want Unauthenticated", id, got)
