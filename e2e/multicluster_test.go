@@ -3,11 +3,16 @@ package e2e_test
 import (
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"fmt"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
@@ -216,6 +222,13 @@ func TestMultiCluster(t *testing.T) {
 		}
 	})
 
+	t.Run("a hostile remote Secret: no command run, no token sent, its clusters refused, B unaffected", func(t *testing.T) {
+		hostileRemoteSecret(ctx, t, secrets, mesh, func(id string) codes.Code { return ask(tokB, id, web) }, func() string { return scrape(t, ca) })
+		if got := ask(tokB, "B", web); got != codes.OK {
+			t.Errorf("B next to the hostile Secret: %s", got)
+		}
+	})
+
 	t.Run("the remote Secret deleted: B refused within seconds, A unaffected; added back: B again", func(t *testing.T) {
 		if err := secrets.Delete(ctx, remoteSecret.Name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
@@ -255,6 +268,90 @@ func TestMultiCluster(t *testing.T) {
 		}
 		until("B's Secret-bound token once B's API server is back", codes.OK, 30*time.Second, func() codes.Code { return ask(secretTokB, "B", "") })
 	})
+}
+
+// hostileRemoteSecret creates a remote Secret whose kubeconfigs would have
+// the CA run a command (evil-exec: an exec plugin writing a marker file)
+// and send a token file (evil-file: a marker token, to a loopback HTTPS
+// listener that records every request), waits until the CA has refused
+// both, and checks that nothing ran, nothing was sent and both cluster
+// ids are refused.
+func hostileRemoteSecret(ctx context.Context, t *testing.T, secrets typedcorev1.SecretInterface, ns string,
+	ask func(cluster string) codes.Code, metrics func() string) {
+	t.Helper()
+	dir := t.TempDir() // named for the subtest: quoted below
+	marker, script, tokenFile := filepath.Join(dir, "exec-ran"), filepath.Join(dir, "plugin.sh"), filepath.Join(dir, "token")
+	plugin := "#!/bin/sh\ntouch " + marker + "\n" +
+		`echo '{"apiVersion":"client.authentication.k8s.io/v1","kind":"ExecCredential","status":{"token":"from-plugin"}}'` + "\n"
+	if err := os.WriteFile(script, []byte(plugin), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(tokenFile, []byte("marker-token"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var seen []string
+	srv := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Method+" "+r.URL.Path+" auth="+r.Header.Get("Authorization"))
+		mu.Unlock()
+		http.NotFound(w, r)
+	}))
+	defer srv.Close()
+	ca := base64.StdEncoding.EncodeToString(pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}))
+	kubeconfig := func(user string) []byte {
+		return fmt.Appendf(nil, `apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: %s, certificate-authority-data: %s}}]
+users: [{name: u, user: %s}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`, srv.URL, ca, user)
+	}
+	hostile := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "istio-remote-secret-hostile", Namespace: ns, Labels: map[string]string{"istio/multiCluster": "true"}},
+		Data: map[string][]byte{
+			"evil-exec": kubeconfig(`{exec: {apiVersion: client.authentication.k8s.io/v1, command: ` + strconv.Quote(script) + `, interactiveMode: Never}}`),
+			"evil-file": kubeconfig(`{tokenFile: ` + strconv.Quote(tokenFile) + `}`),
+		},
+	}
+	if _, err := secrets.Create(ctx, hostile, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		if err := secrets.Delete(context.WithoutCancel(ctx), hostile.Name, metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	refusedBoth := func(m string) bool {
+		return strings.Contains(m, `workload_ca_remote_cluster_kubeconfigs_refused_total{reason="exec"} 1`) &&
+			strings.Contains(m, `workload_ca_remote_cluster_kubeconfigs_refused_total{reason="file"} 1`)
+	}
+	began := time.Now()
+	for m := metrics(); !refusedBoth(m); m = metrics() {
+		if time.Since(began) > 20*time.Second {
+			// Go on: what the CA did with them says more.
+			t.Errorf("the CA did not count both hostile kubeconfigs refused within 20s:\n%s", grepLines(m, "refused", 20))
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if !t.Failed() {
+		t.Logf("both hostile kubeconfigs refused %v after the Secret was created", time.Since(began).Round(time.Millisecond))
+	}
+	for _, id := range []string{"evil-exec", "evil-file"} {
+		if got := ask(id); got != codes.Unauthenticated {
+			t.Errorf("a caller of cluster %s: %s, want Unauthenticated", id, got)
+		}
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the CA ran the Secret's exec plugin")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 0 {
+		t.Errorf("the CA reached the hostile server: %q", seen)
+	}
 }
 
 // remoteKubeconfigOf is a kubeconfig for cluster cp as service account

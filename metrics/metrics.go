@@ -36,6 +36,8 @@ type Metrics struct {
 	// configured clusters.
 	clusterRequests *prometheus.CounterVec
 	remoteReady     *prometheus.GaugeVec
+	// remoteRefused is by reason, a fixed set.
+	remoteRefused *prometheus.CounterVec
 
 	// The series every issued certificate updates, resolved once: looking
 	// a child up by its label values hashes them on every request.
@@ -100,6 +102,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"Certificate requests by the cluster they came from (the local one, or a configured remote cluster; with --cluster-id only) and result.", "cluster", "result"),
 		remoteReady: f.gaugeVec("remote_cluster_ready",
 			"1 for a configured remote cluster whose pods and service accounts are indexed, 0 while its callers are refused as unavailable.", "cluster"),
+		remoteRefused: f.counterVec("remote_cluster_kubeconfigs_refused_total",
+			"Remote cluster kubeconfigs that configure nothing, by reason: invalid, too-large, context, exec, auth-provider, file, proxy, insecure-skip-tls-verify, not-https, no-ca, no-credential, basic-auth, impersonation (a Secret's kubeconfig may carry none of these; see docs/multi-cluster.md).", "reason"),
 	}
 	m.issued = m.requests.WithLabelValues(server.ResultIssued, "")
 	m.issuedTime = m.issuance.WithLabelValues(server.ResultIssued)
@@ -197,6 +201,12 @@ func (m *Metrics) RemoteClusters(ready map[string]bool) {
 	for id, ok := range ready {
 		m.remoteReady.WithLabelValues(id).Set(boolf(ok))
 	}
+}
+
+// RemoteKubeconfigRefused counts a remote cluster kubeconfig that
+// configures nothing (cluster.Observer).
+func (m *Metrics) RemoteKubeconfigRefused(reason string) {
+	m.remoteRefused.WithLabelValues(reason).Inc()
 }
 
 // SetLeader records whether this replica leads.

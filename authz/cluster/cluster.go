@@ -4,6 +4,8 @@
 // indexed from its API server, and the node-scoped policy over those pods.
 // The CA has one for its own cluster, and one per remote cluster (Remotes)
 // whose ztunnels it serves: nothing of one cluster decides for another.
+// A remote cluster's kubeconfig from a Secret is checked (CheckKubeconfig)
+// before any client is built from it: no command, file or proxy.
 package cluster
 
 import (

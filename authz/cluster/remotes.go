@@ -19,10 +19,26 @@ import (
 type Build func(id string, cfg *rest.Config) (*Cluster, error)
 
 // Observer is told which remote clusters are configured and whether each
-// is ready, for metrics.
+// is ready, and of each kubeconfig refused, for metrics.
 type Observer interface {
 	RemoteClusters(ready map[string]bool)
+	// RemoteKubeconfigRefused: a kubeconfig configures nothing, for reason
+	// (a Reason).
+	RemoteKubeconfigRefused(reason string)
 }
+
+// Trust says who writes a source's kubeconfigs, and so what they may hold.
+type Trust int
+
+const (
+	// Untrusted kubeconfigs (a Secret's: whoever may write a Secret in the
+	// namespace writes them) are checked by CheckKubeconfig, and only the
+	// checked fields are used.
+	Untrusted Trust = iota
+	// Trusted kubeconfigs (the operator's own files) may hold anything
+	// client-go loads: exec plugins, files, proxies.
+	Trusted
+)
 
 // RemotesConfig configures Remotes.
 type RemotesConfig struct {
@@ -45,11 +61,27 @@ type Remotes struct {
 	ctx context.Context
 
 	mu      sync.Mutex
-	sources map[string]map[string][]byte // source → cluster id → kubeconfig
+	sources map[string]*source
 	running map[string]*member
 	// goroutines are those of every cluster started, stopped or not:
 	// Run returns only once they have all ended.
 	goroutines sync.WaitGroup
+}
+
+// source is what one source configures.
+type source struct {
+	// digests are those of every kubeconfig set, refused ones too: the
+	// same kubeconfigs again (a resync) are neither checked nor logged
+	// again.
+	digests map[string][sha256.Size]byte
+	// configs are the usable ones, by cluster id.
+	configs map[string]*config
+}
+
+// config is a usable kubeconfig of one cluster.
+type config struct {
+	rest   *rest.Config
+	digest [sha256.Size]byte
 }
 
 // member is a running remote cluster.
@@ -70,7 +102,7 @@ func NewRemotes(cfg RemotesConfig) (*Remotes, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
 	}
-	return &Remotes{cfg: cfg, log: cfg.Logger, sources: map[string]map[string][]byte{}, running: map[string]*member{}}, nil
+	return &Remotes{cfg: cfg, log: cfg.Logger, sources: map[string]*source{}, running: map[string]*member{}}, nil
 }
 
 // Cluster is the running remote cluster id, if configured.
@@ -92,18 +124,59 @@ func (r *Remotes) IDs() []string {
 }
 
 // Set replaces what source configures: cluster id → kubeconfig (nil or
-// empty: nothing). A cluster id configured by two sources is taken from the
-// first by name, and the conflict logged.
-func (r *Remotes) Set(source string, kubeconfigs map[string][]byte) {
+// empty: nothing), each checked as trust says. A kubeconfig that does not
+// load or is refused configures nothing (the reason is logged and
+// counted), so its cluster's callers are refused. A cluster id configured
+// by two sources is taken from the first by name, and the conflict logged.
+func (r *Remotes) Set(name string, trust Trust, kubeconfigs map[string][]byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	digests := make(map[string][sha256.Size]byte, len(kubeconfigs))
+	for id, kc := range kubeconfigs {
+		digests[id] = sha256.Sum256(kc)
+	}
+	if prev, ok := r.sources[name]; ok && maps.Equal(prev.digests, digests) {
+		return
+	}
 	if len(kubeconfigs) == 0 {
-		delete(r.sources, source)
+		delete(r.sources, name)
 	} else {
-		r.sources[source] = maps.Clone(kubeconfigs)
+		s := &source{digests: digests, configs: map[string]*config{}}
+		for _, id := range slices.Sorted(maps.Keys(kubeconfigs)) {
+			cfg, err := load(trust, kubeconfigs[id])
+			if err != nil {
+				r.refused(id, name, err)
+				continue
+			}
+			s.configs[id] = &config{rest: cfg, digest: digests[id]}
+		}
+		r.sources[name] = s
 	}
 	if r.ctx != nil {
 		r.reconcile()
+	}
+}
+
+// load is the client configuration of kubeconfig, checked as trust says.
+func load(trust Trust, kubeconfig []byte) (*rest.Config, error) {
+	if trust == Trusted {
+		cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
+		if err != nil {
+			return nil, fmt.Errorf("kubeconfig: %w", err)
+		}
+		return cfg, nil
+	}
+	return CheckKubeconfig(kubeconfig)
+}
+
+// refused logs and counts a kubeconfig that configures nothing. The
+// caller holds mu.
+func (r *Remotes) refused(id, source string, err error) {
+	reason := ReasonOf(err)
+	r.log.Error("remote cluster kubeconfig refused: the cluster is not added, its callers are refused",
+		"cluster", id, "source", source, "reason", string(reason), "error", err)
+	if r.cfg.Observer != nil {
+		r.cfg.Observer.RemoteKubeconfigRefused(string(reason))
 	}
 }
 
@@ -133,27 +206,25 @@ func (r *Remotes) Run(ctx context.Context) error {
 // reconcile makes the running clusters those the sources configure. The
 // caller holds mu.
 func (r *Remotes) reconcile() {
-	want := map[string]struct {
-		source     string
-		kubeconfig []byte
-	}{}
-	for _, source := range slices.Sorted(maps.Keys(r.sources)) {
-		for id, kc := range r.sources[source] {
+	type wanted struct {
+		source string
+		cfg    *config
+	}
+	want := map[string]wanted{}
+	for _, name := range slices.Sorted(maps.Keys(r.sources)) {
+		for id, cfg := range r.sources[name].configs {
 			switch prev, dup := want[id]; {
 			case id == r.cfg.Local:
-				r.log.Error("remote cluster ignored: it has the local cluster's id", "cluster", id, "source", source)
+				r.log.Error("remote cluster ignored: it has the local cluster's id", "cluster", id, "source", name)
 			case dup:
-				r.log.Error("remote cluster configured twice; the first source is used", "cluster", id, "used", prev.source, "ignored", source)
+				r.log.Error("remote cluster configured twice; the first source is used", "cluster", id, "used", prev.source, "ignored", name)
 			default:
-				want[id] = struct {
-					source     string
-					kubeconfig []byte
-				}{source, kc}
+				want[id] = wanted{name, cfg}
 			}
 		}
 	}
 	for id, m := range r.running {
-		if w, ok := want[id]; !ok || sha256.Sum256(w.kubeconfig) != m.digest {
+		if w, ok := want[id]; !ok || w.cfg.digest != m.digest {
 			r.stop(id, m)
 			if !ok {
 				r.log.Info("remote cluster removed: its callers are refused", "cluster", id, "source", m.source)
@@ -164,7 +235,7 @@ func (r *Remotes) reconcile() {
 		if _, ok := r.running[id]; ok {
 			continue
 		}
-		m, err := r.start(id, w.source, w.kubeconfig)
+		m, err := r.start(id, w.source, w.cfg)
 		if err != nil {
 			r.log.Error("remote cluster not started: its callers are refused", "cluster", id, "source", w.source, "error", err)
 			continue
@@ -175,17 +246,14 @@ func (r *Remotes) reconcile() {
 	r.observe()
 }
 
-func (r *Remotes) start(id, source string, kubeconfig []byte) (*member, error) {
-	cfg, err := clientcmd.RESTConfigFromKubeConfig(kubeconfig)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig: %w", err)
-	}
-	c, err := r.cfg.Build(id, cfg)
+func (r *Remotes) start(id, source string, cfg *config) (*member, error) {
+	// Build may change the configuration (its user agent): it gets a copy.
+	c, err := r.cfg.Build(id, rest.CopyConfig(cfg.rest))
 	if err != nil {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(r.ctx)
-	m := &member{c: c, source: source, host: cfg.Host, digest: sha256.Sum256(kubeconfig), cancel: cancel, done: make(chan struct{})}
+	m := &member{c: c, source: source, host: cfg.rest.Host, digest: cfg.digest, cancel: cancel, done: make(chan struct{})}
 	r.goroutines.Add(2)
 	go func() {
 		defer r.goroutines.Done()

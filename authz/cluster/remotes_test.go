@@ -3,6 +3,7 @@ package cluster_test
 import (
 	"context"
 	"fmt"
+	"maps"
 	"sync"
 	"testing"
 	"time"
@@ -26,8 +27,24 @@ current-context: c
 }
 
 type readiness struct {
-	mu   sync.Mutex
-	last map[string]bool
+	mu      sync.Mutex
+	last    map[string]bool
+	refused map[string]int
+}
+
+func (r *readiness) RemoteKubeconfigRefused(reason string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.refused == nil {
+		r.refused = map[string]int{}
+	}
+	r.refused[reason]++
+}
+
+func (r *readiness) refusals() map[string]int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.refused)
 }
 
 func (r *readiness) RemoteClusters(ready map[string]bool) {
@@ -62,7 +79,7 @@ func TestRemotes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	r.Set("secret s1", map[string][]byte{"B": kubeconfig("https://b1:6443"), "A": kubeconfig("https://a:6443"), "bad": []byte("{")})
+	r.Set("secret s1", cluster.Trusted, map[string][]byte{"B": kubeconfig("https://b1:6443"), "A": kubeconfig("https://a:6443"), "bad": []byte("{")})
 	if _, ok := r.Cluster("B"); ok {
 		t.Fatal("a cluster runs before Run")
 	}
@@ -80,24 +97,24 @@ func TestRemotes(t *testing.T) {
 		}
 	}
 
-	r.Set("secret s2", map[string][]byte{"B": kubeconfig("https://other:6443")})
+	r.Set("secret s2", cluster.Trusted, map[string][]byte{"B": kubeconfig("https://other:6443")})
 	if c, _ := r.Cluster("B"); c != first {
 		t.Error("a second source of B replaced the first")
 	}
-	r.Set("secret s1", map[string][]byte{"B": kubeconfig("https://b2:6443")})
+	r.Set("secret s1", cluster.Trusted, map[string][]byte{"B": kubeconfig("https://b2:6443")})
 	second, ok := r.Cluster("B")
 	if !ok || second == first {
 		t.Fatal("a changed kubeconfig did not replace the cluster")
 	}
-	r.Set("secret s1", map[string][]byte{"B": kubeconfig("https://b2:6443")})
+	r.Set("secret s1", cluster.Trusted, map[string][]byte{"B": kubeconfig("https://b2:6443")})
 	if c, _ := r.Cluster("B"); c != second {
 		t.Error("the same kubeconfig again restarted the cluster")
 	}
-	r.Set("secret s1", nil)
+	r.Set("secret s1", cluster.Trusted, nil)
 	if c, ok := r.Cluster("B"); !ok || c == second {
 		t.Fatal("with s1 gone, B should come from s2")
 	}
-	r.Set("secret s2", nil)
+	r.Set("secret s2", cluster.Trusted, nil)
 	if _, ok := r.Cluster("B"); ok {
 		t.Fatal("B runs with no source")
 	}

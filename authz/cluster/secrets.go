@@ -38,7 +38,7 @@ func WatchSecrets(ctx context.Context, client kubernetes.Interface, namespace st
 	source := func(s *corev1.Secret) string { return "secret " + s.Namespace + "/" + s.Name }
 	set := func(obj any) {
 		if s, ok := obj.(*corev1.Secret); ok {
-			r.Set(source(s), s.Data)
+			r.Set(source(s), Untrusted, s.Data)
 		}
 	}
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -50,7 +50,7 @@ func WatchSecrets(ctx context.Context, client kubernetes.Interface, namespace st
 			}
 			if s, ok := obj.(*corev1.Secret); ok {
 				log.Info("remote cluster Secret deleted", "secret", s.Namespace+"/"+s.Name)
-				r.Set(source(s), nil)
+				r.Set(source(s), Untrusted, nil)
 			}
 		},
 	}); err != nil {

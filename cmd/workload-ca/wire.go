@@ -338,7 +338,7 @@ func (a *app) serveRemoteClusters() error {
 			return fmt.Errorf("--remote-kubeconfigs: cluster %s: %w", id, err)
 		}
 	}
-	r.Set("--remote-kubeconfigs", files)
+	r.Set("--remote-kubeconfigs", cluster.Trusted, files)
 	a.remotes = r
 	a.add(component.Component{Name: "remote-clusters", Run: r.Run})
 	if a.cfg.RemoteSecrets {
