@@ -39,6 +39,10 @@ type state struct {
 	signer crypto.Signer
 	enc    *leafEncoder
 	cert   *x509.Certificate
+	// expiring is the certificate of the signing chain (cert, the
+	// certificates above it, the root it verifies to) that expires first:
+	// no leaf outlives it, and the CA cannot sign once it has expired.
+	expiring *x509.Certificate
 	// above is the certificates to send between a leaf and the root
 	// bundle: the signing certificate unless it is a root, then the
 	// intermediates.
@@ -78,6 +82,9 @@ func (a *Authority) SetMaterial(m *Material) error {
 	}
 	s, err := newState(m)
 	if err != nil {
+		return err
+	}
+	if s.expiring, err = chainExpiring(m, a.cfg.Clock.Now()); err != nil {
 		return err
 	}
 	if err := a.checkLeafChain(s, m); err != nil {
@@ -149,6 +156,38 @@ func (a *Authority) checkLeafChain(s *state, m *Material) error {
 		}
 	}
 	return nil
+}
+
+// chainExpiring returns the certificate that expires first in the chain
+// from m.Cert to its root: a leaf verifies only while every certificate
+// of its chain is valid. When m.Cert chains to several roots (a root
+// cross-signed), the chain that lasts longest counts.
+func chainExpiring(m *Material, now time.Time) (*x509.Certificate, error) {
+	chains, err := m.Cert.Verify(verifyOptions(m.Roots, m.Intermediates, now, x509.ExtKeyUsageAny))
+	if err != nil {
+		return nil, invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
+	}
+	var best *x509.Certificate
+	for _, chain := range chains {
+		first := chain[0]
+		for _, c := range chain[1:] {
+			if c.NotAfter.Before(first.NotAfter) {
+				first = c
+			}
+		}
+		if best == nil || first.NotAfter.After(best.NotAfter) {
+			best = first
+		}
+	}
+	return best, nil
+}
+
+// ChainNotAfter returns when the first certificate of the active signing
+// chain (the signing certificate, the certificates above it, its root)
+// expires, and that certificate: the CA signs nothing valid after it.
+func (a *Authority) ChainNotAfter() (time.Time, *x509.Certificate) {
+	c := a.state.Load().expiring
+	return c.NotAfter, c
 }
 
 // SetPeerRoots sets the roots of other trust domains (federation) that

@@ -56,7 +56,7 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 	if err := s.cert.CheckSignature(leaf.SignatureAlgorithm, leaf.RawTBSCertificate, leaf.Signature); err != nil {
 		return nil, fmt.Errorf("%w: signature: %w", errIssuedInvalid, err)
 	}
-	if err := checkIssued(leaf, s.cert, spec); err != nil {
+	if err := checkIssued(leaf, s.cert, s.expiring.NotAfter, spec); err != nil {
 		return nil, err
 	}
 	return leaf, nil
@@ -66,7 +66,7 @@ func (a *Authority) issue(s *state, spec *leafSpec) (*x509.Certificate, error) {
 // SAN extension is critical), a random serial, the names of spec, no CA
 // rights, and a validity window inside the issuer's.
 func (a *Authority) fields(s *state, spec *leafSpec) (leafFields, error) {
-	notBefore, notAfter, err := a.validity(s.cert, spec.ttl)
+	notBefore, notAfter, err := a.validity(s, spec.ttl)
 	if err != nil {
 		return leafFields{}, err
 	}
@@ -97,21 +97,37 @@ func (a *Authority) fields(s *state, spec *leafSpec) (leafFields, error) {
 }
 
 // validity returns NotBefore = now - Backdate and NotAfter = now + ttl,
-// both kept inside the issuer's validity period.
-func (a *Authority) validity(issuer *x509.Certificate, ttl time.Duration) (time.Time, time.Time, error) {
+// NotBefore kept inside the issuer's validity period and NotAfter no later
+// than the first expiry of the issuer's chain (s.expiring): a leaf that
+// outlived its intermediate or its root would stop verifying before its
+// time.
+func (a *Authority) validity(s *state, ttl time.Duration) (time.Time, time.Time, error) {
 	now := a.cfg.Clock.Now()
-	if err := checkValidity(issuer, now); err != nil {
-		return time.Time{}, time.Time{}, fmt.Errorf("ca: signing certificate %s: %w", describe(issuer), err)
+	if err := checkChainValid(s, now); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("ca: %w", err)
+	}
+	if err := checkValidity(s.cert, now); err != nil {
+		return time.Time{}, time.Time{}, fmt.Errorf("ca: signing certificate %s: %w", describe(s.cert), err)
 	}
 	notBefore := now.Add(-a.cfg.Backdate)
-	if notBefore.Before(issuer.NotBefore) {
-		notBefore = issuer.NotBefore
+	if notBefore.Before(s.cert.NotBefore) {
+		notBefore = s.cert.NotBefore
 	}
 	notAfter := now.Add(ttl)
-	if notAfter.After(issuer.NotAfter) {
-		notAfter = issuer.NotAfter
+	if notAfter.After(s.expiring.NotAfter) {
+		notAfter = s.expiring.NotAfter
 	}
 	return notBefore, notAfter, nil
+}
+
+// checkChainValid fails once a certificate of the signing chain has
+// expired: every leaf signed then would fail to verify.
+func checkChainValid(s *state, now time.Time) error {
+	if now.After(s.expiring.NotAfter) {
+		return fmt.Errorf("%w: %s of the signing chain expired at %s", ErrExpired, describe(s.expiring),
+			s.expiring.NotAfter.UTC().Format(time.RFC3339))
+	}
+	return nil
 }
 
 // randomSerial returns a uniformly random positive serial below 2^128.

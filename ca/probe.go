@@ -11,15 +11,19 @@ import (
 	"time"
 )
 
-// ErrExpired is wrapped when the signing certificate is no longer valid.
+// ErrExpired is wrapped when the signing certificate, or a certificate of
+// its chain up to the root, is no longer valid.
 var ErrExpired = errors.New("signing certificate not valid now")
 
 // Probe proves the CA can sign now: the signing certificate is within its
-// validity, and the current key makes a signature that verifies (for a KMS
+// validity, no certificate above it up to its root has expired, and the current key makes a signature that verifies (for a KMS
 // or HSM key this reaches the device). Readiness checks call it, cached.
 func (a *Authority) Probe(ctx context.Context) error {
 	s := a.state.Load()
 	now := a.cfg.Clock.Now()
+	if err := checkChainValid(s, now); err != nil {
+		return err
+	}
 	if now.Before(s.cert.NotBefore) || now.After(s.cert.NotAfter) {
 		return fmt.Errorf("%w: valid %s to %s", ErrExpired, s.cert.NotBefore.Format(time.RFC3339), s.cert.NotAfter.Format(time.RFC3339))
 	}

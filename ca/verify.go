@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/spiffe/go-spiffe/v2/svid/x509svid"
 	"go.step.sm/crypto/keyutil"
@@ -21,10 +22,10 @@ var errIssuedInvalid = errors.New("ca: issued certificate failed verification")
 func oidSubjectAltName() asn1.ObjectIdentifier { return asn1.ObjectIdentifier{2, 5, 29, 17} }
 
 // checkIssued verifies the content of a freshly signed leaf against spec and
-// its issuer. Issuer name and key identifier equal to the signing
+// its issuer, whose chain's first expiry is chainEnd. Issuer name and key identifier equal to the signing
 // certificate's, together with the chain verified when the material was
 // loaded, mean the leaf chains to the roots without building the chain here.
-func checkIssued(leaf, issuer *x509.Certificate, spec *leafSpec) error {
+func checkIssued(leaf, issuer *x509.Certificate, chainEnd time.Time, spec *leafSpec) error {
 	switch {
 	case !leaf.BasicConstraintsValid || leaf.IsCA:
 		return issuedInvalid("basicConstraints must be present with CA=false")
@@ -34,6 +35,8 @@ func checkIssued(leaf, issuer *x509.Certificate, spec *leafSpec) error {
 		return issuedInvalid("extended key usage %v, want %v", leaf.ExtKeyUsage, spec.extKeyUsage)
 	case leaf.NotBefore.Before(issuer.NotBefore) || leaf.NotAfter.After(issuer.NotAfter):
 		return issuedInvalid("validity [%s, %s] outside the issuer's", leaf.NotBefore, leaf.NotAfter)
+	case leaf.NotAfter.After(chainEnd):
+		return issuedInvalid("not after %s, when a certificate of the issuer's chain expires", chainEnd)
 	case !bytes.Equal(leaf.RawIssuer, issuer.RawSubject):
 		return issuedInvalid("issuer name is not the signing certificate's subject")
 	case !bytes.Equal(leaf.AuthorityKeyId, issuer.SubjectKeyId):

@@ -92,9 +92,16 @@ func TestVaultUpstream(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// The CA speaks https only: Vault's API behind a TLS front.
+	vaultURL, vaultCA, closeHTTPS, err := v.HTTPS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(closeHTTPS)
 	config := filepath.Join(f.dir, "upstream.yaml")
 	if err := os.WriteFile(config, fmt.Appendf(nil, `vault:
-  address: http://%s
+  address: %s
+  caFile: %s
   mount: pki
   kubernetes:
     role: workload-ca
@@ -102,7 +109,7 @@ func TestVaultUpstream(t *testing.T) {
 nameConstraints: true
 timeout: 3s
 readyMargin: 10s
-`, v.Addr, tokenFile), 0o600); err != nil {
+`, vaultURL, vaultCA, tokenFile), 0o600); err != nil {
 		t.Fatal(err)
 	}
 

@@ -1,9 +1,12 @@
 package metrics
 
 import (
+	"errors"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/workload-ca/workload-ca/ca/upstream"
 )
 
 // Upstream records the requests to an upstream CA (upstream.Observer)
@@ -26,12 +29,12 @@ func WatchUpstream(reg prometheus.Registerer, now func() time.Time, missing func
 	f := factory{reg}
 	u := &Upstream{
 		requests: f.counterVec("upstream_requests_total",
-			"Requests to the upstream CA for an intermediate, by result (issued, error: unreachable, refused, or an answer the CA refused).", "result"),
+			"Requests to the upstream CA for an intermediate, by result (issued; error: unreachable or failed; refused: an answer the CA refused, such as a chain to an anchor that is not pinned).", "result"),
 		duration:    f.histogram("upstream_request_duration_seconds", "Time the upstream CA took to answer a request for an intermediate."),
 		lastSuccess: f.gauge("upstream_last_success_timestamp_seconds", "When the upstream CA last issued an intermediate this replica asked for, as a Unix time; 0: never since start."),
 		now:         now,
 	}
-	for _, r := range []string{"issued", "error"} {
+	for _, r := range []string{"issued", "error", "refused"} {
 		u.requests.WithLabelValues(r)
 	}
 	reg.MustRegister(&funcCollector{
@@ -48,7 +51,11 @@ func WatchUpstream(reg prometheus.Registerer, now func() time.Time, missing func
 // UpstreamRequest records one request to the upstream.
 func (u *Upstream) UpstreamRequest(err error, took time.Duration) {
 	u.duration.Observe(took.Seconds())
-	if err != nil {
+	switch {
+	case errors.Is(err, upstream.ErrUpstream):
+		u.requests.WithLabelValues("refused").Inc()
+		return
+	case err != nil:
 		u.requests.WithLabelValues("error").Inc()
 		return
 	}

@@ -41,6 +41,14 @@
 //   - SkewMargin 1 hour, for clock skew between hosts and replicas that
 //     switch signer a little after the Secret changes.
 //
+// # Upstream intermediates
+//
+// For intermediates an upstream CA issued (castate.KindUpstream), the
+// lifetime the fractions apply to ends at the first expiry of the
+// intermediate and its upstream chain (ChainNotAfter): an upstream root
+// that expires first ends the intermediate's use. PropagationDelay applies
+// only when the successor chains to a new anchor.
+//
 // # Intermediates under a plug-in root
 //
 // When the state holds intermediates issued by an operator's root

@@ -46,7 +46,9 @@ type Issuer struct {
 // Plan returns the next step for state s and when it is due; a step whose
 // time is not after now is due now. It is a pure function of its
 // arguments; p must be valid (see Policy.Validate). With the active root
-// A, of lifetime L = A.NotAfter − A.NotBefore:
+// A, of lifetime L = A.NotAfter − A.NotBefore (for upstream intermediates,
+// A.NotAfter is the first expiry of A and its upstream chain, and so for
+// P below):
 //
 //   - A stops being due to sign at activate = min(A.NotBefore + ActivateAt·L,
 //     A.NotAfter − LeafMaxTTL): it never signs when it could not outlive a
@@ -109,18 +111,18 @@ func PlanUnder(s castate.State, now time.Time, p Policy, iss Issuer) (Step, time
 	switch {
 	case prepared && follow && !castate.IssuedBy(iss.Cert, prep.Cert):
 		next = next.sooner(StepRetireStart, now)
-	case prepared && switching && now.Before(active.Cert.NotAfter):
-		step, at := planPrepared(active.Cert, prep, now, p)
+	case prepared && switching && now.Before(spanOf(active).notAfter):
+		step, at := planPrepared(spanOf(active), prep, now, p)
 		if step == StepActivate {
 			at = later(later(prep.PreparedAt, prep.Cert.NotBefore), iss.TrustedFrom)
 		}
 		next = next.sooner(step, at)
 	case prepared:
-		next = next.sooner(planPrepared(active.Cert, prep, now, p))
+		next = next.sooner(planPrepared(spanOf(active), prep, now, p))
 	case switching:
 		next = next.sooner(StepPrepare, now)
 	default:
-		next = next.sooner(StepPrepare, prepareTime(active.Cert, p))
+		next = next.sooner(StepPrepare, prepareTime(spanOf(active), p))
 	}
 	return next.step, next.at
 }
@@ -131,39 +133,61 @@ func sameAnchor(a, b castate.Authority) bool {
 	return len(a.Chain) > 0 && len(b.Chain) > 0 && a.Chain[len(a.Chain)-1].Equal(b.Chain[len(b.Chain)-1])
 }
 
+// span is when an authority's leaves verify: from its certificate's
+// NotBefore to the first expiry of its certificate and, for upstream
+// intermediates, of the upstream chain above it (an upstream root that
+// expires before the intermediate ends its use). The plan's NotBefore,
+// NotAfter and lifetime are a span's.
+type span struct{ notBefore, notAfter time.Time }
+
+// spanOf is the span of authority a.
+func spanOf(a castate.Authority) span {
+	return span{notBefore: a.Cert.NotBefore, notAfter: ChainNotAfter(a.Cert, a.Chain)}
+}
+
+// ChainNotAfter is the first NotAfter of c and the chain above it.
+func ChainNotAfter(c *x509.Certificate, chain []*x509.Certificate) time.Time {
+	end := c.NotAfter
+	for _, x := range chain {
+		end = earlier(end, x.NotAfter)
+	}
+	return end
+}
+
 // planPrepared decides between activating and abandoning prep.
-func planPrepared(active *x509.Certificate, prep castate.Authority, now time.Time, p Policy) (Step, time.Time) {
+func planPrepared(active span, prep castate.Authority, now time.Time, p Policy) (Step, time.Time) {
 	earliest := later(prep.PreparedAt.Add(p.untilTrusted()), prep.Cert.NotBefore)
-	deadline := signDeadline(prep.Cert, p)
+	deadline := signDeadline(spanOf(prep), p)
 	switch {
 	case deadline.Before(earliest) || now.After(deadline):
 		return StepRetireStart, now
-	case !now.Before(active.NotAfter):
+	case !now.Before(active.notAfter):
 		return StepActivate, later(now, prep.Cert.NotBefore)
 	}
 	return StepActivate, later(earliest, earlier(activateTime(active, p), deadline))
 }
 
-// activateTime is when the active root c should hand over.
-func activateTime(c *x509.Certificate, p Policy) time.Time {
-	return earlier(c.NotBefore.Add(fraction(lifetime(c), p.ActivateAt)), signDeadline(c, p))
+// activateTime is when the active authority of span c should hand over.
+func activateTime(c span, p Policy) time.Time {
+	return earlier(c.notBefore.Add(fraction(c.lifetime(), p.ActivateAt)), signDeadline(c, p))
 }
 
-// prepareTime is when the successor of the active root c is prepared.
-func prepareTime(c *x509.Certificate, p Policy) time.Time {
+// prepareTime is when the successor of the active authority of span c is
+// prepared.
+func prepareTime(c span, p Policy) time.Time {
 	act := activateTime(c, p)
-	at := earlier(c.NotBefore.Add(fraction(lifetime(c), p.PrepareAt)), act.Add(-p.untilTrusted()))
+	at := earlier(c.notBefore.Add(fraction(c.lifetime(), p.PrepareAt)), act.Add(-p.untilTrusted()))
 	return later(at, act.Add(p.LeafMaxTTL-p.CATTL))
 }
 
-// signDeadline is the last moment c can sign a leaf of LeafMaxTTL without
-// the leaf outliving c.
-func signDeadline(c *x509.Certificate, p Policy) time.Time {
-	return c.NotAfter.Add(-p.LeafMaxTTL)
+// signDeadline is the last moment an authority of span c can sign a leaf
+// of LeafMaxTTL without the leaf outliving it.
+func signDeadline(c span, p Policy) time.Time {
+	return c.notAfter.Add(-p.LeafMaxTTL)
 }
 
-func lifetime(c *x509.Certificate) time.Duration {
-	return c.NotAfter.Sub(c.NotBefore)
+func (c span) lifetime() time.Duration {
+	return c.notAfter.Sub(c.notBefore)
 }
 
 // Apply returns s after step, taken at now; s itself is not changed, and

@@ -213,9 +213,11 @@ func (r *Rotator) newAuthority(ctx context.Context, kind castate.Kind, now time.
 		return nil, errors.New("rotation: Generate returned incomplete material")
 	}
 	p := r.policy.ForKind(kind)
-	if need := now.Add(p.PropagationDelay + p.LeafMaxTTL); m.Cert.NotAfter.Before(need) {
-		return nil, fmt.Errorf("rotation: generated %s expires at %v, before %v (PropagationDelay + LeafMaxTTL from now)",
-			noun, m.Cert.NotAfter, need)
+	// An upstream's chain may end before its intermediate does.
+	end := ChainNotAfter(m.Cert, castate.UpstreamChain(kind, m))
+	if need := now.Add(p.PropagationDelay + p.LeafMaxTTL); end.Before(need) {
+		return nil, fmt.Errorf("rotation: generated %s (with its chain) expires at %v, before %v (PropagationDelay + LeafMaxTTL from now)",
+			noun, end, need)
 	}
 	return m, nil
 }

@@ -49,3 +49,47 @@ func TestPlanUpstream(t *testing.T) {
 		})
 	}
 }
+
+// TestPlanFromTheUpstreamChainsFirstExpiry (issue 37, finding 6): an
+// upstream root that expires before the intermediate ends the
+// intermediate's use, so the rotation prepares and activates the
+// successor relative to the root's expiry, not the intermediate's.
+func TestPlanFromTheUpstreamChainsFirstExpiry(t *testing.T) {
+	p, err := rotation.Policy{CATTL: 730 * day, LeafMaxTTL: day, PropagationDelay: day}.WithDefaults()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The intermediate lives 720 days, the upstream root only 360 of them.
+	shortRoot := pluginRoot(t, t0.Add(-day), t0.Add(360*day))
+	longRoot := pluginRoot(t, t0.Add(-day), t0.Add(3650*day))
+	for _, tt := range []struct {
+		name        string
+		root        *testca.CA
+		wantPrepare time.Time // half-life of the span
+	}{
+		{"the root outlives the intermediate: half of its 720 days", longRoot, t0.Add(360 * day)},
+		{"the root expires first: half of the root's 360 days", shortRoot, t0.Add(180 * day)},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			active := inter(t, tt.root, t0, t0.Add(720*day), castate.StatusActive, t0)
+			active.Chain = []*x509.Certificate{tt.root.Cert}
+			s := castate.State{Kind: castate.KindUpstream, Authorities: []castate.Authority{active}}
+			if err := s.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			step, at := rotation.Plan(s, t0, p)
+			if step != rotation.StepPrepare || !at.Equal(tt.wantPrepare) {
+				t.Fatalf("Plan = %s at %v, want prepare at %v", step, at, tt.wantPrepare)
+			}
+			// The successor, prepared then, activates at 5/6 of the span.
+			next := inter(t, longRoot, at, at.Add(720*day), castate.StatusPrepared, at)
+			next.Chain = []*x509.Certificate{longRoot.Cert}
+			s.Authorities = append(s.Authorities, next)
+			end := rotation.ChainNotAfter(active.Cert, active.Chain)
+			wantActivate := t0.Add(end.Sub(t0) * 5 / 6)
+			if step, at := rotation.Plan(s, at, p); step != rotation.StepActivate || !at.Equal(wantActivate) {
+				t.Fatalf("Plan with the successor = %s at %v, want activate at %v", step, at, wantActivate)
+			}
+		})
+	}
+}

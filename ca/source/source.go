@@ -189,21 +189,37 @@ func (s *Source) livePreviews(ctx context.Context) error {
 	}
 }
 
-// upstreamReady fails once the active upstream intermediate has less than
-// ReadyMargin left: the upstream has not issued its successor in time.
+// upstreamReady fails once the active upstream intermediate, or the
+// upstream chain above it, has less than ReadyMargin left: the upstream
+// has not issued a successor in time (or issued one the CA refused).
 func (s *Source) upstreamReady(context.Context) error {
-	c := s.authority.SigningCert()
-	if left := c.NotAfter.Sub(s.cfg.Now()); left <= s.cfg.ReadyMargin {
-		return fmt.Errorf("the upstream intermediate expires in %v (at %s) and the upstream has issued no successor",
-			left.Round(time.Second), c.NotAfter.UTC().Format(time.RFC3339))
+	end, c := s.authority.ChainNotAfter()
+	if left := end.Sub(s.cfg.Now()); left <= s.cfg.ReadyMargin {
+		what := "the upstream intermediate"
+		if c != s.authority.SigningCert() {
+			what = fmt.Sprintf("the upstream chain's certificate %q above the intermediate", c.Subject.String())
+		}
+		return fmt.Errorf("%s expires in %v (at %s) and the CA has no successor from the upstream",
+			what, left.Round(time.Second), end.UTC().Format(time.RFC3339))
 	}
 	return nil
+}
+
+// Anchors are, for upstream intermediates, the trust anchors of the
+// Secret's current state (castate.State.Anchors): those the CA trusts
+// now. Nil otherwise, and before the Secret is loaded.
+func (s *Source) Anchors() []*x509.Certificate {
+	if s.store == nil {
+		return nil
+	}
+	return s.store.Current().Anchors()
 }
 
 // SuccessorMissing reports, for upstream intermediates, whether the
 // successor of the active intermediate is overdue (the rotation's prepare
 // step is due and not taken: the upstream failed or is unreachable), and
-// when the active one expires. False otherwise, and for other material.
+// when the active one (or the first of its upstream chain) expires. False
+// otherwise, and for other material.
 func (s *Source) SuccessorMissing() (expires time.Time, missing bool) {
 	if s.cfg.Upstream == nil || s.rotator == nil {
 		return time.Time{}, false
@@ -212,7 +228,8 @@ func (s *Source) SuccessorMissing() (expires time.Time, missing bool) {
 	if step != rotation.StepPrepare || at.After(s.cfg.Now()) {
 		return time.Time{}, false
 	}
-	return s.authority.SigningCert().NotAfter, true
+	end, _ := s.authority.ChainNotAfter()
+	return end, true
 }
 
 // NextRotation is the rotation step next due for the Secret's state and

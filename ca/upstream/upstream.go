@@ -6,6 +6,11 @@
 // the usual plan (ca/rotation). Every leaf is still signed locally, so the
 // upstream is asked once per rotation, never per workload, and an
 // upstream that is down only delays the next rotation.
+//
+// The trust anchor the CA publishes comes from the answer only when no
+// anchor is pinned (Config.TrustAnchors), and then only the first time:
+// a later answer under another anchor is refused unless a change is
+// allowed (Config.Current, Config.AllowAnchorChange).
 package upstream
 
 import (
@@ -13,9 +18,11 @@ import (
 	"context"
 	"crypto"
 	"crypto/rand"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,6 +41,11 @@ import (
 // CA refuses: not a CA, another key, a chain that does not verify, too
 // short a lifetime, constraints that forbid the CA's leaves.
 var ErrUpstream = errors.New("upstream CA answer refused")
+
+// ErrAnchorChange is wrapped (with ErrUpstream) when an answer chains to a
+// trust anchor the CA does not trust yet, and the configuration neither
+// pins that anchor nor allows a change: the current authority stays.
+var ErrAnchorChange = errors.New("the upstream moved to a trust anchor that is neither pinned nor allowed")
 
 // Authority is an upstream CA: it issues an intermediate CA certificate
 // for a CSR. Implementations talk to one kind of upstream; the Minter
@@ -64,8 +76,8 @@ type Issued struct {
 	// Cert is the intermediate issued for the CSR.
 	Cert *x509.Certificate
 	// Chain is every certificate above Cert the upstream returned, its
-	// issuer first, ending at the root; Minter takes the last as the
-	// trust anchor.
+	// issuer first, ending at the root; without pinned anchors, Minter
+	// takes the last as the trust anchor.
 	Chain []*x509.Certificate
 }
 
@@ -87,6 +99,22 @@ type Config struct {
 	AnyPathLength bool
 	// Timeout bounds each request to the upstream (default one minute).
 	Timeout time.Duration
+	// TrustAnchors, if any, are pinned: an answer must chain to one of
+	// them, and the anchor the CA publishes is the pinned certificate, not
+	// the last one of the answer (cert-manager's status.ca is best effort;
+	// whoever edits an issuer or a request's status could name another).
+	// A move of the upstream to another pinned anchor is adopted.
+	TrustAnchors []*x509.Certificate
+	// Current returns the anchors the CA trusts now (those of the CA
+	// Secret's state, source.Source.Anchors). Without TrustAnchors, an
+	// answer under another anchor is refused (ErrAnchorChange) unless
+	// AllowAnchorChange: the first anchor the CA adopted stays pinned by
+	// its state. Nil, or nothing current (the Secret's first intermediate):
+	// the answer's anchor is adopted.
+	Current func() []*x509.Certificate
+	// AllowAnchorChange adopts an unpinned anchor the CA does not trust
+	// yet (logged as a warning), as the CA did before anchors were pinned.
+	AllowAnchorChange bool
 	// Now is the clock the answer is checked with when it arrives
 	// (default time.Now): an upstream that does not backdate (cert-manager)
 	// issues certificates valid from the moment it signs.
@@ -172,6 +200,9 @@ func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, err
 	if err == nil {
 		mat, err = m.check(issued, key, later(now, m.cfg.Now()))
 	}
+	if err == nil {
+		err = m.checkAnchor(ctx, mat.Roots[0])
+	}
 	m.cfg.Observer.UpstreamRequest(err, time.Since(start))
 	if err != nil {
 		return nil, err
@@ -182,9 +213,30 @@ func (m *Minter) Generate(ctx context.Context, now time.Time) (*ca.Material, err
 	return mat, nil
 }
 
+// checkAnchor refuses a new anchor that is neither pinned nor allowed:
+// see Config.Current.
+func (m *Minter) checkAnchor(ctx context.Context, anchor *x509.Certificate) error {
+	if len(m.cfg.TrustAnchors) > 0 || m.cfg.Current == nil {
+		return nil // Check verified the answer to a pinned anchor
+	}
+	current := m.cfg.Current()
+	if len(current) == 0 || slices.ContainsFunc(current, anchor.Equal) {
+		return nil
+	}
+	if m.cfg.AllowAnchorChange {
+		m.cfg.Logger.WarnContext(ctx, "the upstream moved to a new trust anchor; adopting it (allowAnchorChange)",
+			"anchor", describe(anchor), "sha256", fingerprint(anchor), "current", len(current))
+		return nil
+	}
+	return fmt.Errorf("%w: %w: the answer chains to %s (sha256 %s), not to the %d anchor(s) the CA trusts (first %s); "+
+		"the current intermediate keeps signing; pin the new anchor (trustAnchorFile) or set allowAnchorChange to adopt it",
+		ErrUpstream, ErrAnchorChange, describe(anchor), fingerprint(anchor), len(current), describe(current[0]))
+}
+
 // check is Check with the Minter's trust domain and options.
 func (m *Minter) check(issued Issued, key crypto.Signer, now time.Time) (*ca.Material, error) {
-	mat, err := Check(issued, key, CheckOptions{TrustDomain: m.cfg.TrustDomain, Now: now, AnyPathLength: m.cfg.AnyPathLength})
+	mat, err := Check(issued, key, CheckOptions{TrustDomain: m.cfg.TrustDomain, Now: now, AnyPathLength: m.cfg.AnyPathLength,
+		TrustAnchors: m.cfg.TrustAnchors})
 	if err == nil && !pathLenZero(mat.Cert) {
 		m.cfg.Logger.Warn("the upstream issued an intermediate that may issue CA certificates (it cannot be asked for path length 0); "+
 			"the CA never does, but a stolen intermediate key could", "serial", fmt.Sprintf("%x", mat.Cert.SerialNumber), "path_length", pathLen(mat.Cert))
@@ -198,6 +250,8 @@ type CheckOptions struct {
 	Now         time.Time
 	// AnyPathLength: see Config.AnyPathLength.
 	AnyPathLength bool
+	// TrustAnchors: see Config.TrustAnchors.
+	TrustAnchors []*x509.Certificate
 }
 
 // Check returns the signing material of an upstream's answer for key, or
@@ -207,7 +261,11 @@ type CheckOptions struct {
 // certificate (the trust anchor); a leaf it signs must verify to that
 // anchor for client and server authentication (the constraints of the
 // upstream's CAs, a name constraint among them, must allow the trust
-// domain's SPIFFE IDs).
+// domain's SPIFFE IDs). With opts.TrustAnchors, the anchor is the pinned
+// one the chain leads to instead: the chain is cut at the first pinned
+// certificate in it, or else its last certificate (Cert, if Chain is
+// empty) must be issued by a pinned anchor; an answer that leads to no
+// pinned anchor is refused.
 func Check(issued Issued, key crypto.Signer, opts CheckOptions) (*ca.Material, error) {
 	c := issued.Cert
 	switch {
@@ -219,26 +277,68 @@ func Check(issued Issued, key crypto.Signer, opts CheckOptions) (*ca.Material, e
 		return nil, refused("%s may issue CA certificates (path length %s), want path length 0", describe(c), pathLen(c))
 	case !keyutil.Equal(c.PublicKey, key.Public()):
 		return nil, refused("%s is not for the key the CA asked for", describe(c))
-	case len(issued.Chain) == 0:
+	case len(issued.Chain) == 0 && len(opts.TrustAnchors) == 0:
 		return nil, refused("no chain above %s: the CA needs the upstream's root for its trust bundle", describe(c))
-	case slices.Contains(issued.Chain, nil):
+	case slices.Contains(issued.Chain, nil) || slices.Contains(opts.TrustAnchors, nil):
 		return nil, refused("nil certificate in the chain")
 	}
-	n := len(issued.Chain)
 	prev := c
 	for i, x := range issued.Chain {
-		if !bytes.Equal(prev.RawIssuer, x.RawSubject) || prev.CheckSignatureFrom(x) != nil {
+		if !issuedBy(x, prev) {
 			return nil, refused("chain certificate %d %s did not issue %s: want the chain in order, issuer first", i, describe(x), describe(prev))
 		}
 		prev = x
 	}
-	m := &ca.Material{Signer: key, Cert: c, Intermediates: slices.Clone(issued.Chain[:n-1]), Roots: issued.Chain[n-1:]}
+	chain, err := toAnchor(c, issued.Chain, opts.TrustAnchors)
+	if err != nil {
+		return nil, err
+	}
+	n := len(chain)
+	m := &ca.Material{Signer: key, Cert: c, Intermediates: slices.Clone(chain[:n-1]), Roots: slices.Clone(chain[n-1:])}
 	// ca.New checks the rest as it will when the material signs: validity,
 	// key usage, the chain, the trust domain, and a leaf's verification.
 	if _, err := ca.New(ca.Config{TrustDomain: opts.TrustDomain, Clock: fixedClock(opts.Now)}, m); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUpstream, err)
 	}
 	return m, nil
+}
+
+// toAnchor returns chain (in order above c) ending at its trust anchor:
+// without pins, chain itself (its last certificate is the anchor); with
+// pins, chain cut at its first pinned certificate, or chain and the pinned
+// anchor that issued its last certificate.
+func toAnchor(c *x509.Certificate, chain, pins []*x509.Certificate) ([]*x509.Certificate, error) {
+	if len(pins) == 0 {
+		return chain, nil
+	}
+	for i, x := range chain {
+		if slices.ContainsFunc(pins, x.Equal) {
+			return chain[:i+1], nil
+		}
+	}
+	top := c
+	if len(chain) > 0 {
+		top = chain[len(chain)-1]
+	}
+	for _, p := range pins {
+		if issuedBy(p, top) {
+			return append(slices.Clone(chain), p), nil
+		}
+	}
+	return nil, refused("the chain above %s ends at %s, which none of the %d pinned trust anchors issued (trustAnchorFile)",
+		describe(c), describe(top), len(pins))
+}
+
+// issuedBy reports whether x issued c: c names x as its issuer and x's key
+// signed it.
+func issuedBy(x, c *x509.Certificate) bool {
+	return bytes.Equal(c.RawIssuer, x.RawSubject) && c.CheckSignatureFrom(x) == nil
+}
+
+// fingerprint is the SHA-256 of c's DER, in hex, as logs name anchors.
+func fingerprint(c *x509.Certificate) string {
+	sum := sha256.Sum256(c.Raw)
+	return hex.EncodeToString(sum[:])
 }
 
 func refused(format string, args ...any) error {

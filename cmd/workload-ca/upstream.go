@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"os"
@@ -30,8 +31,15 @@ type upstreamFile struct {
 	// Timeout bounds each request to the upstream (default 1m).
 	Timeout *metav1.Duration `json:"timeout,omitempty"`
 	// ReadyMargin: a replica is not ready once the active intermediate
-	// has less than this left (default 1h).
+	// (or the upstream chain above it) has less than this left (default 1h).
 	ReadyMargin *metav1.Duration `json:"readyMargin,omitempty"`
+	// TrustAnchorFile is a PEM file of the anchors to pin (one or more CA
+	// certificates): an answer must chain to one of them, and the pinned
+	// one is the anchor the CA publishes.
+	TrustAnchorFile string `json:"trustAnchorFile,omitempty"`
+	// AllowAnchorChange, without TrustAnchorFile, adopts an answer under
+	// an anchor other than the CA's current one; by default it is refused.
+	AllowAnchorChange bool `json:"allowAnchorChange,omitempty"`
 }
 
 type vaultFile struct {
@@ -68,6 +76,9 @@ type upstreamConfig struct {
 	NameConstraints bool
 	Timeout         time.Duration
 	ReadyMargin     time.Duration
+	// TrustAnchors are trustAnchorFile's certificates (none: not pinned).
+	TrustAnchors      []*x509.Certificate
+	AllowAnchorChange bool
 }
 
 // loadUpstream reads and checks --ca-upstream-config; namespace is the CA
@@ -81,7 +92,8 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
 		return nil, err
 	}
-	out := &upstreamConfig{NameConstraints: f.NameConstraints, Timeout: time.Minute, ReadyMargin: time.Hour}
+	out := &upstreamConfig{NameConstraints: f.NameConstraints, Timeout: time.Minute, ReadyMargin: time.Hour,
+		AllowAnchorChange: f.AllowAnchorChange}
 	if f.Timeout != nil {
 		out.Timeout = f.Timeout.Duration
 	}
@@ -91,6 +103,16 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 	var errs []error
 	if out.Timeout <= 0 || out.ReadyMargin < 0 {
 		errs = append(errs, errors.New("timeout must be positive and readyMargin not negative"))
+	}
+	if f.TrustAnchorFile != "" {
+		anchors, err := loadTrustAnchors(f.TrustAnchorFile)
+		if err != nil {
+			errs = append(errs, err)
+		}
+		out.TrustAnchors = anchors
+		if f.AllowAnchorChange {
+			errs = append(errs, errors.New("allowAnchorChange with trustAnchorFile: the pinned anchors decide which changes are adopted; drop one"))
+		}
 	}
 	switch v, cm := f.Vault, f.CertManager; {
 	case (v == nil) == (cm == nil):
@@ -129,12 +151,38 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 	return out, nil
 }
 
+// loadTrustAnchors reads trustAnchorFile: PEM CA certificates only.
+func loadTrustAnchors(path string) ([]*x509.Certificate, error) {
+	raw, err := os.ReadFile(filepath.Clean(path))
+	if err != nil {
+		return nil, fmt.Errorf("trustAnchorFile: %w", err)
+	}
+	certs, err := upstream.ParseCertificates(raw)
+	if err != nil {
+		return nil, fmt.Errorf("trustAnchorFile %s: %w", path, err)
+	}
+	for i, c := range certs {
+		if !c.BasicConstraintsValid || !c.IsCA || c.KeyUsage&x509.KeyUsageCertSign == 0 {
+			return nil, fmt.Errorf("trustAnchorFile %s: certificate %d (subject %q) is not a CA certificate allowed to sign certificates",
+				path, i, c.Subject.String())
+		}
+	}
+	return certs, nil
+}
+
 // describe names the upstream in logs and in serve --validate.
 func (u *upstreamConfig) describe() string {
-	if c := u.CertManager; c != nil {
-		return fmt.Sprintf("cert-manager %s %s (CertificateRequests in %s)", c.IssuerKind, c.IssuerName, c.Namespace)
+	anchors := "anchor pinned by the CA Secret's state"
+	switch {
+	case len(u.TrustAnchors) > 0:
+		anchors = fmt.Sprintf("%d pinned anchor(s)", len(u.TrustAnchors))
+	case u.AllowAnchorChange:
+		anchors = "anchor changes allowed"
 	}
-	return fmt.Sprintf("Vault PKI %s/%s", u.Vault.Address, u.Vault.Mount)
+	if c := u.CertManager; c != nil {
+		return fmt.Sprintf("cert-manager %s %s (CertificateRequests in %s; %s)", c.IssuerKind, c.IssuerName, c.Namespace, anchors)
+	}
+	return fmt.Sprintf("Vault PKI %s/%s (%s)", u.Vault.Address, u.Vault.Mount, anchors)
 }
 
 // minter returns the Minter of the configured upstream.
@@ -158,7 +206,16 @@ func (a *app) upstreamMinter() (*upstream.Minter, error) {
 		}
 		return a.source.SuccessorMissing()
 	})
+	// The anchors of the Secret's state: before the source is open, the
+	// first intermediate is being made and there are none.
+	current := func() []*x509.Certificate {
+		if a.source == nil {
+			return nil
+		}
+		return a.source.Anchors()
+	}
 	return upstream.New(upstream.Config{Authority: auth, TrustDomain: a.cfg.TrustDomain, KeyType: a.cfg.CAKeyType,
 		Lifetime: a.cfg.CATTL, NameConstraints: u.NameConstraints, AnyPathLength: u.CertManager != nil, Timeout: u.Timeout, Observer: obs,
+		TrustAnchors: u.TrustAnchors, AllowAnchorChange: u.AllowAnchorChange, Current: current,
 		Logger: a.log.With("component", "upstream", "upstream", u.describe())})
 }

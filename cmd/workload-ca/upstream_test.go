@@ -1,11 +1,14 @@
 package main
 
 import (
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
 func TestLoadUpstream(t *testing.T) {
@@ -21,7 +24,7 @@ func TestLoadUpstream(t *testing.T) {
 					t.Errorf("defaults: %+v %+v", u, u.Vault)
 				}
 			}},
-		{name: "vault with Kubernetes auth", yaml: "vault: {address: https://vault:8200, mount: pki_int, kubernetes: {role: ca}}\nnameConstraints: true\ntimeout: 5s\nreadyMargin: 10m\n",
+		{name: "vault with Kubernetes auth", yaml: "vault: {address: https://vault:8200, mount: pki_int, kubernetes: {role: ca, tokenFile: /var/run/secrets/workload-ca/upstream/token}}\nnameConstraints: true\ntimeout: 5s\nreadyMargin: 10m\n",
 			check: func(t *testing.T, u *upstreamConfig) {
 				if u.Vault.KubernetesRole != "ca" || u.Vault.Mount != "pki_int" || u.Timeout != 5*time.Second || u.ReadyMargin != 10*time.Minute || !u.NameConstraints {
 					t.Errorf("got %+v %+v", u, u.Vault)
@@ -36,7 +39,10 @@ func TestLoadUpstream(t *testing.T) {
 		{name: "no upstream", yaml: "nameConstraints: true\n", wantErr: "exactly one upstream"},
 		{name: "two upstreams", yaml: "vault: {address: https://v, tokenFile: /t}\ncertManager: {issuerRef: {name: corp}}\n", wantErr: "exactly one upstream"},
 		{name: "vault without auth", yaml: "vault: {address: https://vault:8200}\n", wantErr: "exactly one of a token file"},
-		{name: "vault Kubernetes auth without role", yaml: "vault: {address: https://v, kubernetes: {mount: k}}\n", wantErr: "role is required"},
+		{name: "vault Kubernetes auth without role", yaml: "vault: {address: https://v, kubernetes: {mount: k, tokenFile: /t}}\n", wantErr: "role is required"},
+		// Issue 37, finding 8: no default token file (it was the pod's API token), https only.
+		{name: "vault Kubernetes auth without a token file", yaml: "vault: {address: https://v, kubernetes: {role: ca}}\n", wantErr: "projected token"},
+		{name: "vault over http", yaml: "vault: {address: http://vault:8200, tokenFile: /t}\n", wantErr: "want https"},
 		{name: "cert-manager without issuer", yaml: "certManager: {issuerRef: {kind: Issuer}}\n", wantErr: "issuer name"},
 		{name: "cert-manager unknown kind", yaml: "certManager: {issuerRef: {name: x, kind: Vault}}\n", wantErr: "want Issuer or ClusterIssuer"},
 		{name: "unknown field", yaml: "vault: {address: https://v, tokenFile: /t, roles: x}\n", wantErr: "unknown field"},
@@ -59,6 +65,46 @@ func TestLoadUpstream(t *testing.T) {
 				t.Fatal(err)
 			}
 			tt.check(t, u)
+		})
+	}
+}
+
+// TestLoadUpstreamTrustAnchors (issue 37, finding 5): trustAnchorFile pins
+// CA certificates only, and does not combine with allowAnchorChange.
+func TestLoadUpstreamTrustAnchors(t *testing.T) {
+	root := testca.NewRoot(t, testca.P256)
+	leafish := testca.NewRoot(t, testca.P256, func(c *x509.Certificate) { c.IsCA = false })
+	base := "vault: {address: https://vault:8200, tokenFile: /t}\n"
+	tests := []struct {
+		name, yaml, wantErr string
+		wantAnchors         int
+	}{
+		{name: "pinned root", yaml: base + "trustAnchorFile: " + testca.WritePEM(t, root.Cert) + "\n", wantAnchors: 1},
+		{name: "not a CA", yaml: base + "trustAnchorFile: " + testca.WritePEM(t, leafish.Cert) + "\n", wantErr: "not a CA certificate"},
+		{name: "missing file", yaml: base + "trustAnchorFile: /nonexistent/anchors.pem\n", wantErr: "trustAnchorFile"},
+		{name: "pinned and change allowed", yaml: base + "trustAnchorFile: " + testca.WritePEM(t, root.Cert) + "\nallowAnchorChange: true\n",
+			wantErr: "drop one"},
+		{name: "change allowed, not pinned", yaml: base + "allowAnchorChange: true\n"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "upstream.yaml")
+			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			u, err := loadUpstream(path, "istio-system")
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(u.TrustAnchors) != tt.wantAnchors {
+				t.Fatalf("%d anchors, want %d", len(u.TrustAnchors), tt.wantAnchors)
+			}
 		})
 	}
 }

@@ -42,7 +42,12 @@ func (b *bench) measureUpstream(ctx context.Context, cp *controlplane.ControlPla
 	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
 		return err
 	}
-	yaml := fmt.Sprintf("vault:\n  address: http://%s\n  mount: pki\n  tokenFile: %s\n", v.Addr, tokenFile)
+	vaultURL, vaultCA, closeHTTPS, err := v.HTTPS() // the CA speaks https only
+	if err != nil {
+		return fmt.Errorf("upstream: %w", err)
+	}
+	defer closeHTTPS()
+	yaml := fmt.Sprintf("vault:\n  address: %s\n  caFile: %s\n  mount: pki\n  tokenFile: %s\n", vaultURL, vaultCA, tokenFile)
 	if err := os.WriteFile(config, []byte(yaml), 0o600); err != nil {
 		return err
 	}

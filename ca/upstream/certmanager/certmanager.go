@@ -4,7 +4,8 @@
 // every issuer cert-manager has (its CA issuer, Vault, Venafi, AWS Private
 // CA, Google CAS) at once. The request is created in the CA's namespace,
 // approved by cert-manager's approver (or approver-policy), signed by the
-// issuer, read, and deleted: the CA Secret keeps the result.
+// issuer, read (its certificate only once the request is Approved and not
+// Denied), and deleted: the CA Secret keeps the result.
 //
 // It speaks to the API server with the dynamic client, so the CA does not
 // depend on cert-manager's Go module; the fields it reads and writes are
@@ -145,11 +146,18 @@ func (a *Authority) SignIntermediate(ctx context.Context, req upstream.Request) 
 	}
 }
 
+// ErrNotApproved is wrapped when a CertificateRequest carries a
+// certificate without the condition Approved=True: cert-manager's issuers
+// sign approved requests only, so someone else wrote its status.
+var ErrNotApproved = errors.New("certificate on a request that is not approved")
+
 // parseStatus reads a CertificateRequest: done with the certificate and
-// its chain once issued (status.certificate: the certificate, then the
-// issuer's chain; status.ca: the issuer's root), done with an error once
-// denied or failed, not done otherwise.
+// its chain once issued and approved (status.certificate: the
+// certificate, then the issuer's chain; status.ca: the issuer's root),
+// done with an error once denied or failed, or issued without approval,
+// not done otherwise.
 func parseStatus(cr *unstructured.Unstructured) (upstream.Issued, bool, error) {
+	approved := false
 	for _, c := range conditions(cr) {
 		switch {
 		case c.typ == "Denied" && c.status == "True":
@@ -158,11 +166,17 @@ func parseStatus(cr *unstructured.Unstructured) (upstream.Issued, bool, error) {
 			return upstream.Issued{}, true, fmt.Errorf("failed: %s", c.message)
 		case c.typ == "InvalidRequest" && c.status == "True":
 			return upstream.Issued{}, true, fmt.Errorf("invalid request: %s", c.message)
+		case c.typ == "Approved" && c.status == "True":
+			approved = true
 		}
 	}
 	certPEM, _, _ := unstructured.NestedString(cr.Object, "status", "certificate")
 	if certPEM == "" {
 		return upstream.Issued{}, false, nil
+	}
+	if !approved {
+		return upstream.Issued{}, true, fmt.Errorf("%w: %w (want the condition Approved=True, set by cert-manager's approver or approver-policy)",
+			upstream.ErrUpstream, ErrNotApproved)
 	}
 	certs, err := decodeCerts(certPEM)
 	if err != nil {

@@ -4,9 +4,16 @@
 // <mount>/issuer/<issuer>/sign-intermediate when an issuer is named, the
 // endpoint that issues CA certificates (a role's sign endpoint issues
 // leaves only). The CA authenticates with Vault's Kubernetes auth method
-// (its service-account token, logged in for each request and the Vault
-// token revoked after it) or with a token read from a file at each
-// request (rotated by whatever writes it, such as Vault Agent).
+// (a service-account token from a file the configuration names, logged in
+// for each request and the Vault token revoked after it) or with a token
+// read from a file at each request (rotated by whatever writes it, such as
+// Vault Agent). Vault is reached over https only.
+//
+// No token file is read by default: the pod's own service-account token
+// (/var/run/secrets/kubernetes.io/serviceaccount/token) is for the API
+// server's audience and may read the CA Secret, so it must never be sent
+// to Vault; a projected token with Vault's audience is (the chart mounts
+// one).
 //
 // The Vault policy the CA needs is update on that one path:
 //
@@ -18,6 +25,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -28,14 +36,13 @@ import (
 	"github.com/workload-ca/workload-ca/ca/upstream"
 )
 
-// DefaultKubernetesTokenFile is the service-account token Kubernetes
-// mounts in every pod.
-const DefaultKubernetesTokenFile = "/var/run/secrets/kubernetes.io/serviceaccount/token" //nolint:gosec // a path, not a credential
-
 // Config says which Vault signs and how the CA logs in. Address and Mount
-// are required, and exactly one of TokenFile and KubernetesRole.
+// are required, and exactly one of TokenFile and KubernetesRole (with
+// KubernetesTokenFile).
 type Config struct {
-	// Address is Vault's URL, such as https://vault.example.com:8200.
+	// Address is Vault's https URL, such as https://vault.example.com:8200;
+	// http is refused (the tokens and the CA's intermediates would cross
+	// the network in the clear, and anyone on the path could answer).
 	Address string
 	// CAFile is a PEM bundle that verifies Vault's TLS certificate;
 	// empty: the system's roots.
@@ -50,8 +57,9 @@ type Config struct {
 	TokenFile string
 	// KubernetesRole is the role of Vault's Kubernetes auth method to log
 	// in as, with the service-account token in KubernetesTokenFile
-	// (default DefaultKubernetesTokenFile), at the auth mount
-	// KubernetesMount (default "kubernetes").
+	// (required: a projected token whose audience is Vault's, never the
+	// pod's API token), at the auth mount KubernetesMount (default
+	// "kubernetes").
 	KubernetesRole      string
 	KubernetesMount     string
 	KubernetesTokenFile string
@@ -72,15 +80,16 @@ func New(cfg Config) (*Authority, error) {
 		return nil, errors.New("vault: missing PKI mount")
 	case (cfg.TokenFile == "") == (cfg.KubernetesRole == ""):
 		return nil, errors.New("vault: want exactly one of a token file and a Kubernetes auth role")
+	case cfg.KubernetesRole != "" && cfg.KubernetesTokenFile == "":
+		return nil, errors.New("vault: Kubernetes auth needs the file of a service-account token for Vault's audience " +
+			"(a projected token); the pod's own API token is never sent to Vault")
+	}
+	if err := checkAddress(cfg.Address); err != nil {
+		return nil, err
 	}
 	cfg.Mount = strings.Trim(cfg.Mount, "/")
-	if cfg.KubernetesRole != "" {
-		if cfg.KubernetesMount == "" {
-			cfg.KubernetesMount = "kubernetes"
-		}
-		if cfg.KubernetesTokenFile == "" {
-			cfg.KubernetesTokenFile = DefaultKubernetesTokenFile
-		}
+	if cfg.KubernetesRole != "" && cfg.KubernetesMount == "" {
+		cfg.KubernetesMount = "kubernetes"
 	}
 	// An explicit configuration: the client's defaults would read VAULT_*
 	// environment variables. No retries of its own: the rotation retries
@@ -100,6 +109,21 @@ func New(cfg Config) (*Authority, error) {
 		client.ClearNamespace()
 	}
 	return &Authority{cfg: cfg, client: client}, nil
+}
+
+// checkAddress accepts an https URL of a host, without credentials,
+// query or fragment.
+func checkAddress(address string) error {
+	u, err := url.Parse(address)
+	switch {
+	case err != nil:
+		return fmt.Errorf("vault: address: %w", err)
+	case u.Scheme != "https":
+		return fmt.Errorf("vault: address %q: want https (Vault's tokens and the CA's intermediates must not cross the network in the clear)", address)
+	case u.Host == "" || u.User != nil || u.RawQuery != "" || u.Fragment != "":
+		return fmt.Errorf("vault: address %q: want https://host[:port][/path]", address)
+	}
+	return nil
 }
 
 // signPath is the endpoint that signs intermediates.

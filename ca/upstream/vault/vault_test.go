@@ -53,9 +53,9 @@ func TestParseAnswer(t *testing.T) {
 func TestNewRequires(t *testing.T) {
 	tests := map[string]Config{
 		"no address":          {Mount: "pki", TokenFile: "/t"},
-		"no mount":            {Address: "http://127.0.0.1:8200", TokenFile: "/t"},
-		"no auth":             {Address: "http://127.0.0.1:8200", Mount: "pki"},
-		"token file and role": {Address: "http://127.0.0.1:8200", Mount: "pki", TokenFile: "/t", KubernetesRole: "ca"},
+		"no mount":            {Address: "https://127.0.0.1:8200", TokenFile: "/t"},
+		"no auth":             {Address: "https://127.0.0.1:8200", Mount: "pki"},
+		"token file and role": {Address: "https://127.0.0.1:8200", Mount: "pki", TokenFile: "/t", KubernetesRole: "ca", KubernetesTokenFile: "/k"},
 		"missing TLS CA file": {Address: "https://127.0.0.1:8200", Mount: "pki", TokenFile: "/t", CAFile: "/nonexistent/ca.pem"},
 	}
 	for name, cfg := range tests {
@@ -63,11 +63,48 @@ func TestNewRequires(t *testing.T) {
 			t.Errorf("%s: New accepted %+v", name, cfg)
 		}
 	}
-	a, err := New(Config{Address: "http://127.0.0.1:8200", Mount: "/pki/", Issuer: "corp", KubernetesRole: "ca"})
+	a, err := New(Config{Address: "https://127.0.0.1:8200", Mount: "/pki/", Issuer: "corp", KubernetesRole: "ca", KubernetesTokenFile: "/k"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := a.signPath(); got != "pki/issuer/corp/sign-intermediate" {
 		t.Errorf("sign path %q", got)
+	}
+}
+
+// TestVaultTokenAndTransport (issue 37, finding 8): no token file is read
+// unless the configuration names one (the pod's API-audience token was the
+// default, and went to Vault), and Vault is reached over https only.
+func TestVaultTokenAndTransport(t *testing.T) {
+	tests := []struct {
+		name    string
+		cfg     Config
+		wantErr string
+	}{
+		{"Kubernetes auth without a token file", Config{Address: "https://vault:8200", Mount: "pki", KubernetesRole: "ca"}, "projected token"},
+		{"http address", Config{Address: "http://vault:8200", Mount: "pki", TokenFile: "/t"}, "want https"},
+		{"http on loopback", Config{Address: "http://127.0.0.1:8200", Mount: "pki", TokenFile: "/t"}, "want https"},
+		{"no scheme", Config{Address: "vault:8200", Mount: "pki", TokenFile: "/t"}, "https"},
+		{"credentials in the URL", Config{Address: "https://user:pw@vault:8200", Mount: "pki", TokenFile: "/t"}, "want https://host"},
+		{"https with a projected token", Config{Address: "https://vault:8200", Mount: "pki", KubernetesRole: "ca",
+			KubernetesTokenFile: "/var/run/secrets/workload-ca/upstream/token"}, ""},
+		{"https with a Vault token file", Config{Address: "https://vault.example.com", Mount: "pki", TokenFile: "/t"}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a, err := New(tt.cfg)
+			if tt.wantErr == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if tt.cfg.KubernetesRole != "" && a.cfg.KubernetesTokenFile != tt.cfg.KubernetesTokenFile {
+					t.Fatalf("token file %q, want the configured one", a.cfg.KubernetesTokenFile)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("New = %v, want an error containing %q", err, tt.wantErr)
+			}
+		})
 	}
 }

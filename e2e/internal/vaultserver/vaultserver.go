@@ -15,6 +15,9 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -226,4 +229,23 @@ func (s *Server) PolicyToken(ctx context.Context, ttl time.Duration) (string, er
 		return "", fmt.Errorf("vault token create: %w", err)
 	}
 	return sec.Auth.ClientToken, nil
+}
+
+// HTTPS serves Vault's API over TLS on another loopback port, as the CA
+// requires (it refuses http:// addresses): a reverse proxy to the server
+// that stays up while the server stops and starts (answering 502 then).
+// It returns the https URL, a PEM file (in the server's directory) of the
+// certificate that verifies it, and a close function.
+func (s *Server) HTTPS() (string, string, func(), error) {
+	target, err := url.Parse("http://" + s.Addr)
+	if err != nil {
+		return "", "", nil, err
+	}
+	srv := httptest.NewTLSServer(httputil.NewSingleHostReverseProxy(target))
+	caFile := filepath.Join(s.dir, "https-ca.pem")
+	if err := os.WriteFile(caFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o600); err != nil {
+		srv.Close()
+		return "", "", nil, err
+	}
+	return srv.URL, caFile, srv.Close, nil
 }
