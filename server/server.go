@@ -330,7 +330,8 @@ func (s *Service) clusterOf(values []string) (cluster, error) {
 	id := values[0]
 	for _, v := range values[1:] {
 		if v != id {
-			return cluster{}, fmt.Errorf("%w: clusterid headers name clusters %q and %q", authz.ErrUnauthenticated, id, v)
+			return cluster{}, fmt.Errorf("%w: clusterid headers name clusters %q and %q", authz.ErrUnauthenticated,
+				clip(id, maxHeaderValue), clip(v, maxHeaderValue))
 		}
 	}
 	switch {
@@ -341,23 +342,25 @@ func (s *Service) clusterOf(values []string) (cluster, error) {
 			c := cluster{id: id, authn: rc, authz: rc}
 			return c, rc.Ready()
 		}
-		return cluster{}, fmt.Errorf("%w: the client claims cluster %q, which is neither this CA's cluster %q nor a remote cluster it serves", authz.ErrUnauthenticated, id, s.clusterID)
+		return cluster{}, fmt.Errorf("%w: the client claims cluster %q, which is neither this CA's cluster %q nor a remote cluster it serves",
+			authz.ErrUnauthenticated, clip(id, maxHeaderValue), s.clusterID)
 	}
-	return cluster{}, fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, id, s.clusterID)
+	return cluster{}, fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, clip(id, maxHeaderValue), s.clusterID)
 }
 
 // record writes the audit record of a decision and reports it to the
-// observer; refusals that decide nothing are summarized (see refusals).
-// It never logs the token, a key or the CSR. The error is that of writing
+// observer; refusals that decide nothing, and those of callers who did not
+// authenticate, are summarized (see refusals). It never logs the token, a
+// key or the CSR, and clips the strings a caller chose (clip). The error is that of writing
 // an issuance's record, which the caller must not answer without (the
 // observer then hears nothing: the caller records the refusal instead).
 func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) error {
 	if co, ok := s.obs.(ClusterObserver); ok && d.cluster != "" {
 		co.ClusterRequestDone(d.cluster, o.result)
 	}
-	if err != nil && decidesNothing(o) {
+	if err != nil && summarized(o) {
 		s.obs.RequestDone(o.result, string(o.reason), took)
-		s.refused.add(refusalKey{caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
+		s.refused.add(refusalKey{cluster: d.cluster, caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
 			result: o.result, reason: string(o.reason), code: o.code.String()}, s.clock.Now(), err.Error())
 		return nil
 	}
@@ -372,13 +375,17 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 		attrs = append(attrs, slog.String("cluster", d.cluster))
 	}
 	if !d.requested.IsZero() {
-		attrs = append(attrs, slog.String("requested", d.requested.String()))
+		attrs = append(attrs, slog.String("requested", clip(d.requested.String(), maxRecordedID)))
 	}
 	if err != nil {
 		if o.reason != "" {
 			attrs = append(attrs, slog.String("reason", string(o.reason)))
 		}
-		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
+		msg := err.Error()
+		if o.result != ResultInternal { // a bug's record keeps its whole stack
+			msg = clip(msg, maxRecordedError)
+		}
+		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", msg))
 		s.obs.RequestDone(o.result, string(o.reason), took)
 		if werr := s.writeAudit(ctx, levelFor(o), "certificate request refused", attrs); werr != nil {
 			s.auditFailed(ctx, werr)
