@@ -3,8 +3,10 @@ package server
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // DefaultRefusalSummaryInterval is how often the refusals that decide
@@ -17,12 +19,18 @@ const maxRefusalKeys = 1024
 
 // refusals summarizes the refusals that decide nothing: a request refused
 // because the CA is overloaded, not ready or cannot reach Kubernetes, or
-// that its caller gave up. Each gets a counter (the Observer) but not an
-// audit record of its own: under overload they would come by the hundred
-// thousand, costing the CPU they were refused to save, and would bury the
-// records that matter. Instead, one record per caller, reason and code
-// and interval says how many there were, with the first error as a
-// sample. Issued and denied requests keep one record each.
+// that its caller gave up; and the refusals of callers who did not
+// authenticate, whom nothing identifies. Each gets a counter (the
+// Observer) but not an audit record of its own: under overload they would
+// come by the hundred thousand, costing the CPU they were refused to save,
+// and would bury the records that matter; and anyone who can reach the
+// port could fill the audit volume with them, after which no certificate
+// is handed out (an issuance needs its record). Instead, one record per
+// cluster, caller, reason and code and interval says how many there were,
+// with the first error as a sample. The key holds no caller-supplied
+// string an unauthenticated caller can vary: its cluster is one the CA
+// serves (a claimed cluster it does not serve is only in the sample) and
+// its caller is empty. Issued and denied requests keep one record each.
 type refusals struct {
 	mu     sync.Mutex
 	counts map[refusalKey]*refusalCount
@@ -30,7 +38,7 @@ type refusals struct {
 }
 
 type refusalKey struct {
-	caller, node, result, reason, code string
+	cluster, caller, node, result, reason, code string
 }
 
 type refusalCount struct {
@@ -41,7 +49,7 @@ type refusalCount struct {
 
 func (c *refusalCount) add(at time.Time, err string) {
 	if c.n == 0 {
-		c.first, c.sample = at, err
+		c.first, c.sample = at, clip(err, maxSampleError)
 	}
 	c.n++
 	c.last = at
@@ -74,13 +82,17 @@ func (r *refusals) flush(write func(level slog.Level, msg string, attrs []slog.A
 	r.counts, r.other = nil, refusalCount{}
 	r.mu.Unlock()
 	for k, c := range counts {
-		write(slog.LevelWarn, "certificate requests refused (summary)", append([]slog.Attr{
+		attrs := []slog.Attr{
 			slog.String("decision", k.result),
 			slog.String("caller", k.caller),
 			slog.String("node", k.node),
 			slog.String("reason", k.reason),
 			slog.String("code", k.code),
-		}, c.attrs()...))
+		}
+		if k.cluster != "" {
+			attrs = append(attrs, slog.String("cluster", k.cluster))
+		}
+		write(slog.LevelWarn, "certificate requests refused (summary)", append(attrs, c.attrs()...))
 	}
 	if other.n > 0 {
 		write(slog.LevelWarn, "certificate requests refused (summary)", append([]slog.Attr{
@@ -97,10 +109,37 @@ func (c *refusalCount) attrs() []slog.Attr {
 	}
 }
 
-// decidesNothing reports whether a request's outcome is a refusal that
-// decides nothing about the caller: summarized, not recorded one by one.
-func decidesNothing(o outcome) bool {
-	return o.result == ResultUnavailable || o.result == ResultCanceled
+// summarized reports whether a request's outcome is a refusal that
+// decides nothing about the caller, or one of a caller who did not
+// authenticate: summarized, not recorded one by one.
+func summarized(o outcome) bool {
+	return o.result == ResultUnavailable || o.result == ResultCanceled || o.result == ResultUnauthenticated
+}
+
+// Bounds of the caller-supplied strings in audit records and logs (see
+// clip). A cluster id is a short name; a SPIFFE ID is at most 2048 bytes
+// (the SPIFFE ID specification's bound on its URI), and the error of a
+// refusal names at most one with some words around it.
+const (
+	maxHeaderValue   = 128
+	maxRecordedID    = 2048
+	maxRecordedError = maxRecordedID + 1024
+	maxSampleError   = 1024
+)
+
+// clip returns s if it is at most n bytes long, or else its first n bytes
+// or fewer (whole UTF-8 characters) and a marker saying it was cut and how
+// long it was: a caller who sends 16 KiB of header does not get 16 KiB
+// into every record.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…[cut: " + strconv.Itoa(len(s)) + " bytes]"
 }
 
 // RunAudit writes the summaries of the refusals that decide nothing every

@@ -51,6 +51,12 @@ type ClusterObserver interface {
 	ClusterRequestDone(cluster, result string)
 }
 
+// Connections is told of each request on a client connection: when it
+// starts, and when it ends whether its caller authenticated (ConnGuard).
+type Connections interface {
+	RequestStarted(ctx context.Context) (done func(authenticated bool))
+}
+
 // Signer issues a certificate for a granted identity.
 type Signer interface {
 	Sign(ctx context.Context, r ca.Request) (*ca.Issued, error)
@@ -83,6 +89,8 @@ type Config struct {
 	Observer Observer
 	Logger   *slog.Logger
 	Clock    clock.PassiveClock
+	// Connections, if set, hears of each request on its connection.
+	Connections Connections
 	// MaxConcurrentSigns bounds concurrent CSR checks and signatures
 	// (default: GOMAXPROCS). QueueTimeout is the longest a request waits
 	// for a slot (default DefaultQueueTimeout); MaxQueued bounds the
@@ -125,6 +133,7 @@ type Service struct {
 	clock     clock.PassiveClock
 	cpu       *cpuLimiter
 	refused   refusals
+	conns     Connections
 	// log takes what is not an audit record: that one could not be
 	// written, at most once a second (auditErrLog).
 	log         *slog.Logger
@@ -158,6 +167,10 @@ func NewService(cfg Config) (*Service, error) {
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
+	s.conns = cfg.Connections
+	if s.conns == nil {
+		s.conns = nopConnections{}
+	}
 	if cfg.MaxConcurrentSigns <= 0 {
 		cfg.MaxConcurrentSigns = runtime.GOMAXPROCS(0)
 	}
@@ -184,11 +197,13 @@ func (s *Service) Queued() int { return int(s.cpu.waiting.Load()) }
 // decision is what one request came to, for the log and the audit record.
 type decision struct {
 	// cluster is the caller's cluster, when the CA knows cluster ids.
-	cluster   string
-	caller    authz.Caller
-	requested spiffeid.ID
-	granted   spiffeid.ID
-	issued    *ca.Issued
+	cluster string
+	// authenticated: the caller's token was accepted.
+	authenticated bool
+	caller        authz.Caller
+	requested     spiffeid.ID
+	granted       spiffeid.ID
+	issued        *ca.Issued
 }
 
 // CreateCertificate authenticates the caller, authorizes the identity, signs
@@ -196,7 +211,9 @@ type decision struct {
 func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertificateRequest) (*capb.IstioCertificateResponse, error) {
 	start := s.clock.Now()
 	var d decision
+	done := s.conns.RequestStarted(ctx)
 	err := s.guard(ctx, req, &d)
+	done(d.authenticated)
 	o := classify(err)
 	if cerr := ctx.Err(); err != nil && cerr != nil {
 		// The caller went away or its deadline passed: that, not the
@@ -276,6 +293,7 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	if d.caller, err = cl.authn.Authenticate(ctx, token); err != nil {
 		return err
 	}
+	d.authenticated = true
 	if reqErr != nil {
 		return reqErr
 	}
@@ -330,7 +348,8 @@ func (s *Service) clusterOf(values []string) (cluster, error) {
 	id := values[0]
 	for _, v := range values[1:] {
 		if v != id {
-			return cluster{}, fmt.Errorf("%w: clusterid headers name clusters %q and %q", authz.ErrUnauthenticated, id, v)
+			return cluster{}, fmt.Errorf("%w: clusterid headers name clusters %q and %q", authz.ErrUnauthenticated,
+				clip(id, maxHeaderValue), clip(v, maxHeaderValue))
 		}
 	}
 	switch {
@@ -341,23 +360,25 @@ func (s *Service) clusterOf(values []string) (cluster, error) {
 			c := cluster{id: id, authn: rc, authz: rc}
 			return c, rc.Ready()
 		}
-		return cluster{}, fmt.Errorf("%w: the client claims cluster %q, which is neither this CA's cluster %q nor a remote cluster it serves", authz.ErrUnauthenticated, id, s.clusterID)
+		return cluster{}, fmt.Errorf("%w: the client claims cluster %q, which is neither this CA's cluster %q nor a remote cluster it serves",
+			authz.ErrUnauthenticated, clip(id, maxHeaderValue), s.clusterID)
 	}
-	return cluster{}, fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, id, s.clusterID)
+	return cluster{}, fmt.Errorf("%w: the client claims cluster %q, this CA serves cluster %q", authz.ErrUnauthenticated, clip(id, maxHeaderValue), s.clusterID)
 }
 
 // record writes the audit record of a decision and reports it to the
-// observer; refusals that decide nothing are summarized (see refusals).
-// It never logs the token, a key or the CSR. The error is that of writing
+// observer; refusals that decide nothing, and those of callers who did not
+// authenticate, are summarized (see refusals). It never logs the token, a
+// key or the CSR, and clips the strings a caller chose (clip). The error is that of writing
 // an issuance's record, which the caller must not answer without (the
 // observer then hears nothing: the caller records the refusal instead).
 func (s *Service) record(ctx context.Context, d decision, o outcome, err error, took time.Duration) error {
 	if co, ok := s.obs.(ClusterObserver); ok && d.cluster != "" {
 		co.ClusterRequestDone(d.cluster, o.result)
 	}
-	if err != nil && decidesNothing(o) {
+	if err != nil && summarized(o) {
 		s.obs.RequestDone(o.result, string(o.reason), took)
-		s.refused.add(refusalKey{caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
+		s.refused.add(refusalKey{cluster: d.cluster, caller: d.caller.Namespace + "/" + d.caller.ServiceAccount, node: d.caller.NodeName,
 			result: o.result, reason: string(o.reason), code: o.code.String()}, s.clock.Now(), err.Error())
 		return nil
 	}
@@ -372,13 +393,17 @@ func (s *Service) record(ctx context.Context, d decision, o outcome, err error, 
 		attrs = append(attrs, slog.String("cluster", d.cluster))
 	}
 	if !d.requested.IsZero() {
-		attrs = append(attrs, slog.String("requested", d.requested.String()))
+		attrs = append(attrs, slog.String("requested", clip(d.requested.String(), maxRecordedID)))
 	}
 	if err != nil {
 		if o.reason != "" {
 			attrs = append(attrs, slog.String("reason", string(o.reason)))
 		}
-		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", err.Error()))
+		msg := err.Error()
+		if o.result != ResultInternal { // a bug's record keeps its whole stack
+			msg = clip(msg, maxRecordedError)
+		}
+		attrs = append(attrs, slog.String("code", o.code.String()), slog.String("error", msg))
 		s.obs.RequestDone(o.result, string(o.reason), took)
 		if werr := s.writeAudit(ctx, levelFor(o), "certificate request refused", attrs); werr != nil {
 			s.auditFailed(ctx, werr)
@@ -419,6 +444,10 @@ func (s *Service) writeAudit(ctx context.Context, level slog.Level, msg string, 
 }
 
 type nopObserver struct{}
+
+type nopConnections struct{}
+
+func (nopConnections) RequestStarted(context.Context) func(bool) { return func(bool) {} }
 
 func (nopObserver) RequestDone(string, string, time.Duration) {}
 

@@ -90,6 +90,8 @@ type serveConfig struct {
 	BusyMaxStreams     int
 	MaxConnIdle        time.Duration
 	MaxConns           int
+	AuthDeadline       time.Duration
+	MaxUnauthPerAddr   int
 	MaxHeaderBytes     int
 	AdminAddr          string
 	Pprof              bool
@@ -188,6 +190,8 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.IntVar(&c.BusyConns, "busy-connections", server.DefaultBusyConnections, "open client connections from which a new connection may have only --busy-max-streams requests in flight, for as long as it lives; 0: every connection gets --max-streams-per-connection")
 	fs.IntVar(&c.BusyMaxStreams, "busy-max-streams", server.DefaultBusyMaxStreams, "requests a connection accepted while --busy-connections are open may have in flight")
 	fs.IntVar(&c.MaxConns, "max-connections", server.DefaultMaxConnections, "client connections open at once; a connection beyond waits to be accepted until one closes")
+	fs.DurationVar(&c.AuthDeadline, "unauthenticated-connection-deadline", server.DefaultAuthDeadline, "close a client connection on which no caller has authenticated within this long of its being accepted (requests in flight then get as long again), freeing its slot; ztunnel and istio-agent send a CSR as soon as they connect; 0: never")
+	fs.IntVar(&c.MaxUnauthPerAddr, "max-unauthenticated-connections-per-address", 0, "client connections from one source address on which no caller has authenticated yet; one beyond is closed at once; 0: no bound (a NAT or an east-west gateway puts many clients behind one address)")
 	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderListSize, "request metadata of one request, as HTTP/2 counts it; a larger request is refused before any check")
@@ -463,8 +467,8 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		float64(c.Lease.renew) <= leaderelection.JitterFactor*float64(c.Lease.retry) || c.Lease.lease <= c.Lease.renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > 1.2 × retry period > 0"))
 	}
-	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 || c.MaxConnIdle < 0 {
-		errs = append(errs, errors.New("--grace-period must be positive, --shutdown-delay, --max-connection-age and --max-connection-idle not negative"))
+	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 || c.MaxConnIdle < 0 || c.AuthDeadline < 0 || c.MaxUnauthPerAddr < 0 {
+		errs = append(errs, errors.New("--grace-period must be positive; --shutdown-delay, --max-connection-age, --max-connection-idle, --unauthenticated-connection-deadline and --max-unauthenticated-connections-per-address not negative"))
 	}
 	if c.MaxConns <= 0 || c.MaxHeaderBytes < 1024 || c.MaxHeaderBytes > 1<<20 {
 		errs = append(errs, errors.New("--max-connections must be positive, --max-header-bytes within 1 KiB and 1 MiB"))

@@ -277,7 +277,9 @@ func (a *app) buildServer(ctx context.Context) error {
 		}
 	}
 	a.readiness = admin.NewReadiness(a.checks()...)
-	a.svc, err = server.NewService(server.Config{
+	guard := server.NewConnGuard(server.ConnGuardConfig{Deadline: a.cfg.AuthDeadline, MaxPerAddress: a.cfg.MaxUnauthPerAddr,
+		Observer: newConnMetrics(a.reg)})
+	a.svc, err = server.NewService(server.Config{Connections: guard,
 		Authenticator: a.local, Authorizer: a.local, Signer: a.authority, Logger: a.log, Audit: a.audit,
 		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
 		ClusterID: a.cfg.ClusterID, Remote: remote,
@@ -294,7 +296,7 @@ func (a *app) buildServer(ctx context.Context) error {
 	if a.lis, err = net.Listen("tcp", a.cfg.ListenAddr); err != nil {
 		return fmt.Errorf("--listen-addr: %w", err)
 	}
-	a.lis = server.LimitConnections(a.lis, a.cfg.MaxConns)
+	a.lis = guard.Listener(server.LimitConnections(a.lis, a.cfg.MaxConns))
 	grpcMetrics := grpcprom.NewServerMetrics(grpcprom.WithServerHandlingTimeHistogram())
 	a.reg.MustRegister(grpcMetrics)
 	transport := server.Transport{
@@ -454,3 +456,16 @@ func (a *app) run(ctx context.Context) error {
 	a.log.Info("stopped", "error", fmt.Sprint(err))
 	return err
 }
+
+// connMetrics counts the client connections the server closed before any
+// caller authenticated on them, by reason (server.Closed*).
+type connMetrics struct{ closed *prometheus.CounterVec }
+
+func newConnMetrics(reg prometheus.Registerer) connMetrics {
+	m := connMetrics{closed: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "workload_ca_unauthenticated_connections_closed_total",
+		Help: "Client connections closed before any caller authenticated on them, by reason (auth-deadline, per-address)."}, []string{"reason"})}
+	reg.MustRegister(m.closed)
+	return m
+}
+
+func (m connMetrics) ConnectionClosed(reason string) { m.closed.WithLabelValues(reason).Inc() }
