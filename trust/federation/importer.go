@@ -37,7 +37,7 @@ type ImporterConfig struct {
 	// is refused.
 	OwnRoots func() []*x509.Certificate
 	Clock    clock.WithTicker
-	Logger              *slog.Logger
+	Logger   *slog.Logger
 }
 
 // PeerState is what the importer holds of one trust domain, for metrics.
