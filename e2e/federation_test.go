@@ -245,7 +245,7 @@ func ownRoots(t *testing.T, ca *cahost.CA) []*x509.Certificate {
 func TestFederationHostilePeer(t *testing.T) {
 	t.Parallel()
 	f := newLCFixture(t, "fed-hostile")
-	own := f.seed(t, time.Now().Add(-time.Hour), time.Now().Add(24*time.Hour))
+	var own atomic.Pointer[[]*x509.Certificate] // our roots, once the CA runs
 	goodRoot, stallRoot, junkRoot := testca.NewRoot(t, testca.P256).Cert, testca.NewRoot(t, testca.P256).Cert, testca.NewRoot(t, testca.P256).Cert
 	var nonCA []*x509.Certificate
 	for i := range 3 {
@@ -298,8 +298,10 @@ func TestFederationHostilePeer(t *testing.T) {
 			<-r.Context().Done()
 		},
 		"/redirect": func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, plain.URL+"/", http.StatusFound) },
-		"/ours":     func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(bundle("ours.example", junkRoot, own)) },
-		"/nonca":    func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(bundle("nonca.example", nonCA...)) },
+		"/ours": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write(bundle("ours.example", append([]*x509.Certificate{junkRoot}, *own.Load()...)...))
+		},
+		"/nonca": func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(bundle("nonca.example", nonCA...)) },
 		"/many": func(w http.ResponseWriter, _ *http.Request) {
 			_, _ = w.Write(bundle("many.example", testca.RootCerts(t, 40)...))
 		},
@@ -340,10 +342,12 @@ func TestFederationHostilePeer(t *testing.T) {
 		}
 		return res.Roots
 	}
-	allowed := []*x509.Certificate{own, goodRoot, stallRoot}
+	// Our roots (the CA's Secret, which may hold a next root) and the
+	// good peers' roots.
+	allowedRoots := func() []*x509.Certificate { return append(ownRoots(t, ca), goodRoot, stallRoot) }
 	checkAnswer := func(when string) {
 		t.Helper()
-		roots := answerRoots()
+		roots, allowed := answerRoots(), allowedRoots()
 		for _, r := range roots {
 			if !holds(allowed, r) {
 				t.Errorf("%s: the answer carries a root no good peer served: %s", when, r.Subject)
@@ -359,6 +363,8 @@ func TestFederationHostilePeer(t *testing.T) {
 	checkAnswer("before the peers turned hostile")
 	rss0 := residentKiB(t, ca.Pid())
 
+	roots := ownRoots(t, ca)
+	own.Store(&roots)
 	hostile.Store(true)
 	turned := time.Now()
 	// Every hostile peer refused several times over, the stalled one
@@ -412,6 +418,7 @@ func TestFederationHostilePeer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	allowed := allowedRoots()
 	for _, b := range bundles.Items {
 		for _, r := range parsePEMCerts(t, b.Spec.TrustBundle) {
 			if !holds(allowed, r) {
