@@ -8,12 +8,18 @@ import (
 	"fmt"
 	"math/big"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -226,4 +232,218 @@ func ownRoots(t *testing.T, ca *cahost.CA) []*x509.Certificate {
 		t.Fatal(err)
 	}
 	return parsePEMCerts(t, string(b))
+}
+
+// TestFederationHostilePeer imports, next to a good peer, peers served by
+// the test on loopback that turn hostile once the CA runs: a 20 MiB body,
+// a connection stalled mid-body (which then serves a good bundle), a
+// redirect to plain http, a bundle naming our own root, non-CA
+// certificates and too many roots. Our answers carry our root, the good
+// peers' roots and nothing else; each hostile peer's failures are counted;
+// the ClusterTrustBundles we publish hold no junk; and the CA's resident
+// memory grows by less than 64 MiB.
+func TestFederationHostilePeer(t *testing.T) {
+	t.Parallel()
+	f := newLCFixture(t, "fed-hostile")
+	var own atomic.Pointer[[]*x509.Certificate] // our roots, once the CA runs
+	goodRoot, stallRoot, junkRoot := testca.NewRoot(t, testca.P256).Cert, testca.NewRoot(t, testca.P256).Cert, testca.NewRoot(t, testca.P256).Cert
+	var nonCA []*x509.Certificate
+	for i := range 3 {
+		key := testca.NewKey(t, testca.P256)
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(int64(100 + i)), Subject: pkix.Name{CommonName: fmt.Sprintf("junk leaf %d", i)},
+			NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour), BasicConstraintsValid: true,
+			KeyUsage: x509.KeyUsageDigitalSignature}
+		nonCA = append(nonCA, testca.Sign(t, tmpl, tmpl, key.Public(), key))
+	}
+	bundle := func(td string, roots ...*x509.Certificate) []byte {
+		b := spiffebundle.FromX509Authorities(spiffeid.RequireTrustDomainFromString(td), roots)
+		b.SetRefreshHint(time.Second)
+		raw, err := b.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return raw
+	}
+	var (
+		hostile   atomic.Bool  // off: every hostile path answers 404
+		stalls    atomic.Int32 // stalled requests so far
+		plainHits atomic.Int32
+	)
+	const stallCount = 2
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		plainHits.Add(1)
+		_, _ = w.Write(bundle("redirect.example", junkRoot))
+	}))
+	t.Cleanup(plain.Close)
+	good, stallBundle := bundle("good.example", goodRoot), bundle("stall.example", stallRoot)
+	paths := map[string]func(w http.ResponseWriter, r *http.Request){
+		"/good": func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(good) },
+		"/big": func(w http.ResponseWriter, _ *http.Request) {
+			chunk := []byte("{" + strings.Repeat(" ", 64<<10-1))
+			for n := 0; n < 20<<20; n += len(chunk) {
+				if _, err := w.Write(chunk); err != nil {
+					return
+				}
+				chunk[0] = ' '
+			}
+		},
+		"/stall": func(w http.ResponseWriter, r *http.Request) {
+			if stalls.Add(1) > stallCount {
+				_, _ = w.Write(stallBundle)
+				return
+			}
+			w.Header().Set("Content-Length", strconv.Itoa(len(stallBundle)))
+			_, _ = w.Write(stallBundle[:len(stallBundle)/2])
+			w.(http.Flusher).Flush()
+			<-r.Context().Done()
+		},
+		"/redirect": func(w http.ResponseWriter, r *http.Request) { http.Redirect(w, r, plain.URL+"/", http.StatusFound) },
+		"/ours": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write(bundle("ours.example", append([]*x509.Certificate{junkRoot}, *own.Load()...)...))
+		},
+		"/nonca": func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write(bundle("nonca.example", nonCA...)) },
+		"/many": func(w http.ResponseWriter, _ *http.Request) {
+			_, _ = w.Write(bundle("many.example", testca.RootCerts(t, 40)...))
+		},
+	}
+	peers := httptest.NewTLSServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := paths[r.URL.Path]
+		if h == nil || r.URL.Path != "/good" && !hostile.Load() {
+			http.NotFound(w, r)
+			return
+		}
+		h(w, r)
+	}))
+	t.Cleanup(peers.Close)
+	webRoots := filepath.Join(t.TempDir(), "web-roots.pem")
+	if err := os.WriteFile(webRoots, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: peers.Certificate().Raw}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostileTDs := []string{"big", "stall", "redirect", "ours", "nonca", "many"}
+	config := "trustDomains:\n"
+	for _, name := range append([]string{"good"}, hostileTDs...) {
+		config += fmt.Sprintf("- {trustDomain: %s.example, url: %q, profile: https_web, webRootsFile: %q, refreshInterval: 2s, fetchTimeout: 1s, ztunnel: true, clusterTrustBundle: true}\n",
+			name, peers.URL+"/"+name, webRoots)
+	}
+	configPath := filepath.Join(t.TempDir(), "federation.yaml")
+	if err := os.WriteFile(configPath, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ca := f.start(t, "--federation-config", configPath)
+	tok := f.ztunnels(t, 1)[0]
+	id := spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")
+	answerRoots := func() []*x509.Certificate {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		res, err := requestErr(ctx, ca, tok, id.String())
+		if err != nil {
+			t.Fatalf("CSR: %v", err)
+		}
+		return res.Roots
+	}
+	// Our roots (the CA's Secret, which may hold a next root) and the
+	// good peers' roots.
+	allowedRoots := func() []*x509.Certificate { return append(ownRoots(t, ca), goodRoot, stallRoot) }
+	checkAnswer := func(when string) {
+		t.Helper()
+		roots, allowed := answerRoots(), allowedRoots()
+		for _, r := range roots {
+			if !holds(allowed, r) {
+				t.Errorf("%s: the answer carries a root no good peer served: %s", when, r.Subject)
+			}
+		}
+		if len(roots) > len(allowed) {
+			t.Errorf("%s: the answer carries %d roots, at most %d expected", when, len(roots), len(allowed))
+		}
+	}
+	if err := pollUntil(t, lcWait, func() (bool, error) { return holds(answerRoots(), goodRoot), nil }); err != nil {
+		t.Fatalf("the good peer's root never reached the answer: %v", err)
+	}
+	checkAnswer("before the peers turned hostile")
+	rss0 := residentKiB(t, ca.Pid())
+
+	roots := ownRoots(t, ca)
+	own.Store(&roots)
+	hostile.Store(true)
+	turned := time.Now()
+	// Every hostile peer refused several times over, the stalled one
+	// (2 stalls of 1s, then good) picked up on a retry.
+	errsOf := func() map[string]float64 {
+		s, err := scrapeCA(t.Context(), ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, name := range hostileTDs {
+			out[name] = fedValue(s, "workload_ca_federation_fetch_errors_total", name+".example")
+		}
+		return out
+	}
+	base := errsOf()
+	var pickedUp time.Duration
+	if err := pollUntil(t, 45*time.Second, func() (bool, error) {
+		if pickedUp == 0 && holds(answerRoots(), stallRoot) {
+			pickedUp = time.Since(turned)
+		}
+		now := errsOf()
+		for _, name := range hostileTDs {
+			if name != "stall" && now[name] < base[name]+5 {
+				return false, nil
+			}
+		}
+		return pickedUp > 0, nil
+	}); err != nil {
+		t.Fatalf("hostile peers not refused five times each, or the stalled peer's good bundle not taken (after %v): %v; errors %v → %v",
+			pickedUp, err, base, errsOf())
+	}
+	rss1 := residentKiB(t, ca.Pid())
+	checkAnswer("with the peers hostile")
+	if n := plainHits.Load(); n != 0 {
+		t.Errorf("the redirect to plain http was followed %d times", n)
+	}
+	// Two stalls of at most 1s each and back-offs of 1s and 2s: the good
+	// bundle follows within about 5s.
+	if pickedUp > 10*time.Second {
+		t.Errorf("the stalled peer's good bundle was taken %v after the stalls began, want within its timeouts and back-off", pickedUp)
+	}
+	growth := float64(rss1-rss0) / 1024
+	if growth >= 64 {
+		t.Errorf("the CA's resident memory grew by %.1f MiB (%d → %d KiB), want under 64", growth, rss0, rss1)
+	}
+	t.Logf("RSS %d → %d KiB (%+.1f MiB); fetch errors %v → %v; stalled peer's bundle taken after %v",
+		rss0, rss1, growth, base, errsOf(), pickedUp.Round(time.Millisecond))
+
+	bundles, err := f.s.cp.Client().CertificatesV1().ClusterTrustBundles().List(t.Context(), metav1.ListOptions{FieldSelector: "spec.signerName=" + f.signer})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allowed := allowedRoots()
+	for _, b := range bundles.Items {
+		for _, r := range parsePEMCerts(t, b.Spec.TrustBundle) {
+			if !holds(allowed, r) {
+				t.Errorf("ClusterTrustBundle %s holds a root no good peer served: %s", b.Name, r.Subject)
+			}
+		}
+	}
+}
+
+// residentKiB is the resident set of process pid, from /proc.
+func residentKiB(t *testing.T, pid int) int64 {
+	t.Helper()
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return kb
+		}
+	}
+	t.Fatalf("/proc/%d/status: no VmRSS", pid)
+	return 0
 }

@@ -41,7 +41,7 @@ func (a *app) federate(ctx context.Context) error {
 	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
 		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
-		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log,
+		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, OwnRoots: a.authority.Roots, Logger: log,
 			ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
 				return clustertrustbundle.SelectRoots(ctx, a.kube.bundles, sel.SignerName, sel.MatchLabels)
 			},

@@ -1,9 +1,11 @@
 // Package federation joins the CA to other SPIFFE trust domains: it
 // serves our bundle at a SPIFFE bundle endpoint and imports the bundles of
 // the trust domains we federate with, each from its bundle endpoint or a
-// file, keeping the last good bundle when a refresh fails. go-spiffe's
-// federation package speaks the format (SPIFFE Trust Domain and Bundle
-// specification, https_web and https_spiffe profiles).
+// file, keeping the last good bundle when a refresh fails. go-spiffe
+// speaks the format (SPIFFE Trust Domain and Bundle specification,
+// https_web and https_spiffe profiles); the fetches are our own, bounded
+// in time and size, and every bundle imported passes CheckBundle (a few
+// CA roots, none of them ours) before it replaces the one held.
 //
 // The configuration is a small YAML file (--federation-config); see
 // docs/federation.md.
@@ -37,6 +39,17 @@ const (
 	// DefaultEndpointPath is the last segment of the endpoint's SPIFFE ID
 	// under spiffe://<trust domain>/workload-ca/.
 	DefaultEndpointPath = "bundle-endpoint"
+	// DefaultMaxRoots bounds the X.509 authorities of one peer's bundle:
+	// a trust domain holds one root, two during a rotation, a few more
+	// with several upstream CAs; 16 leaves room for that and keeps a
+	// hostile peer's share of every ztunnel answer under ~16 KiB of
+	// P-256 roots (~48 KiB of RSA-4096).
+	DefaultMaxRoots = 16
+	// MaxMaxRoots is the most maxRoots may be set to.
+	MaxMaxRoots = 64
+	// DefaultFetchTimeout bounds one fetch from a bundle endpoint, from
+	// the dial to the last byte: a bundle is a few KiB.
+	DefaultFetchTimeout = 10 * time.Second
 )
 
 // File is the configuration file as written.
@@ -87,6 +100,13 @@ type PeerFile struct {
 	// RefreshInterval is how often to refresh when the bundle carries no
 	// refresh hint, and the longest wait when it does (default 5m).
 	RefreshInterval *metav1.Duration `json:"refreshInterval,omitempty"`
+	// MaxRoots is the most X.509 authorities a bundle of the trust
+	// domain may hold (default 16, at most 64); a bundle with more is
+	// refused and the last good one kept.
+	MaxRoots *int `json:"maxRoots,omitempty"`
+	// FetchTimeout bounds one fetch from the bundle endpoint, connect to
+	// last byte (default 10s).
+	FetchTimeout *metav1.Duration `json:"fetchTimeout,omitempty"`
 	// Ztunnel appends the trust domain's roots to the root element of
 	// every answer this CA gives its ztunnels (see docs/federation.md
 	// for what that trusts).
@@ -135,6 +155,8 @@ type Peer struct {
 	// read from.
 	FromBundles        *BundleSelectorFile
 	RefreshInterval    time.Duration
+	MaxRoots           int
+	FetchTimeout       time.Duration
 	Ztunnel            bool
 	ClusterTrustBundle bool
 	IstioRootConfigMap bool
@@ -160,7 +182,11 @@ func Load(path string, own spiffeid.TrustDomain) (*Config, error) {
 	var errs []error
 	for _, p := range c.Peers {
 		if p.BundleFile != "" {
-			if _, err := ReadBundleFile(p.TrustDomain, p.BundleFile); err != nil {
+			b, err := ReadBundleFile(p.TrustDomain, p.BundleFile)
+			if err == nil {
+				_, err = CheckBundle(b, time.Now(), p.MaxRoots, nil)
+			}
+			if err != nil {
 				errs = append(errs, fmt.Errorf("trust domain %s: bundleFile: %w", p.TrustDomain, err))
 			}
 		}
@@ -242,8 +268,12 @@ func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
 		seen[td] = true
 		at = fmt.Sprintf("trustDomains[%d] (%s)", i, td)
 		peer := Peer{TrustDomain: td, URL: p.URL, Profile: p.Profile, WebRootsFile: p.WebRootsFile, BundleFile: p.BundleFile,
-			FromBundles: p.FromClusterTrustBundles, RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval), Ztunnel: p.Ztunnel,
+			FromBundles: p.FromClusterTrustBundles, RefreshInterval: durationOr(p.RefreshInterval, DefaultRefreshInterval),
+			MaxRoots: DefaultMaxRoots, FetchTimeout: durationOr(p.FetchTimeout, DefaultFetchTimeout), Ztunnel: p.Ztunnel,
 			ClusterTrustBundle: p.ClusterTrustBundle, IstioRootConfigMap: p.IstioRootConfigMap}
+		if p.MaxRoots != nil {
+			peer.MaxRoots = *p.MaxRoots
+		}
 		errs = append(errs, peer.check(at, p)...)
 		c.Peers = append(c.Peers, peer)
 	}
@@ -263,6 +293,15 @@ func (p *Peer) check(at string, f PeerFile) []error {
 	if p.RefreshInterval < time.Second {
 		bad(".refreshInterval: %v, want at least 1s", p.RefreshInterval)
 	}
+	if p.MaxRoots < 1 || p.MaxRoots > MaxMaxRoots {
+		bad(".maxRoots: %d, want 1 to %d", p.MaxRoots, MaxMaxRoots)
+	}
+	if p.FetchTimeout < 100*time.Millisecond || p.FetchTimeout > time.Minute {
+		bad(".fetchTimeout: %v, want 100ms to 1m", p.FetchTimeout)
+	}
+	if f.FetchTimeout != nil && p.URL == "" {
+		bad(".fetchTimeout: only with a url")
+	}
 	if b := p.FromBundles; b != nil {
 		if p.URL != "" || p.BundleFile != "" {
 			bad(".fromClusterTrustBundles: instead of url and bundleFile, not with them")
@@ -280,8 +319,8 @@ func (p *Peer) check(at string, f PeerFile) []error {
 		}
 		return errs
 	}
-	if u, err := url.Parse(p.URL); err != nil || u.Scheme != "https" || u.Host == "" {
-		bad(".url: %q, want an https:// URL", p.URL)
+	if u, err := url.Parse(p.URL); err != nil || u.Scheme != "https" || u.Host == "" || u.User != nil {
+		bad(".url: %q, want an https:// URL without user info", p.URL)
 	}
 	switch p.Profile {
 	case ProfileWeb:

@@ -23,6 +23,7 @@ import (
 var (
 	ours   = spiffeid.RequireTrustDomainFromString("cluster.local")
 	theirs = spiffeid.RequireTrustDomainFromString("east.example")
+	west   = spiffeid.RequireTrustDomainFromString("west.example")
 )
 
 func TestCheck(t *testing.T) {

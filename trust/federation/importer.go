@@ -13,7 +13,6 @@ import (
 
 	"github.com/spiffe/go-spiffe/v2/bundle/spiffebundle"
 	"github.com/spiffe/go-spiffe/v2/bundle/x509bundle"
-	"github.com/spiffe/go-spiffe/v2/federation"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"golang.org/x/sync/errgroup"
 	"k8s.io/utils/clock"
@@ -34,8 +33,11 @@ type ImporterConfig struct {
 	// ClusterTrustBundles returns the roots of the ClusterTrustBundles
 	// sel selects; required when a peer has FromBundles.
 	ClusterTrustBundles func(ctx context.Context, sel BundleSelectorFile) ([]*x509.Certificate, error)
-	Clock               clock.WithTicker
-	Logger              *slog.Logger
+	// OwnRoots are our own roots now: a peer bundle holding one of them
+	// is refused.
+	OwnRoots func() []*x509.Certificate
+	Clock    clock.WithTicker
+	Logger   *slog.Logger
 }
 
 // PeerState is what the importer holds of one trust domain, for metrics.
@@ -65,13 +67,14 @@ type peer struct {
 	bundle      *spiffebundle.Bundle // last good, nil: none yet
 	lastSuccess time.Time
 	fetchErrors uint64
-	failing     bool // the last refresh failed
-	retry       time.Duration
+	failing     bool          // the last refresh failed
+	retry       time.Duration // the last back-off, 0 after a success
 }
 
 // NewImporter reads the bundle file of every peer that has one (the
 // bootstrap bundle of an https_spiffe endpoint, or the bundle itself):
-// a file that cannot be read is an error at start.
+// a file that cannot be read, or that CheckBundle refuses, is an error at
+// start.
 func NewImporter(cfg ImporterConfig) (*Importer, error) {
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
@@ -82,12 +85,21 @@ func NewImporter(cfg ImporterConfig) (*Importer, error) {
 	im := &Importer{cfg: cfg}
 	var errs []error
 	for _, p := range cfg.Peers {
+		if p.MaxRoots == 0 {
+			p.MaxRoots = DefaultMaxRoots
+		}
+		if p.FetchTimeout == 0 {
+			p.FetchTimeout = DefaultFetchTimeout
+		}
 		pr := &peer{cfg: p}
 		if p.FromBundles != nil && cfg.ClusterTrustBundles == nil {
 			errs = append(errs, fmt.Errorf("trust domain %s: fromClusterTrustBundles needs a Kubernetes client", p.TrustDomain))
 		}
 		if p.BundleFile != "" {
 			b, err := ReadBundleFile(p.TrustDomain, p.BundleFile)
+			if err == nil {
+				b, err = im.check(pr, b)
+			}
 			if err != nil {
 				errs = append(errs, fmt.Errorf("trust domain %s: %w", p.TrustDomain, err))
 				continue
@@ -121,30 +133,48 @@ func (im *Importer) Run(ctx context.Context) error {
 	return g.Wait()
 }
 
-// watchEndpoint refreshes p from its bundle endpoint with go-spiffe's
-// watch (at the refresh hint, at most every RefreshInterval).
+// watchEndpoint refreshes p from its bundle endpoint: at the refresh
+// hint, at most every RefreshInterval, and after a failure with a
+// back-off from a second up to RefreshInterval.
 func (im *Importer) watchEndpoint(ctx context.Context, p *peer) error {
-	var opts []federation.FetchOption
-	switch p.cfg.Profile {
-	case ProfileSPIFFE:
-		// Authenticated with the bundle held when the TLS handshake
-		// runs: the bootstrap bundle first, then each one fetched.
-		opts = append(opts, federation.WithSPIFFEAuth(p, p.cfg.EndpointSPIFFEID))
-	case ProfileWeb:
-		if p.cfg.WebRootsFile != "" {
-			pool, err := readPool(p.cfg.WebRootsFile)
-			if err != nil {
-				return fmt.Errorf("trust domain %s: webRootsFile: %w", p.cfg.TrustDomain, err)
-			}
-			opts = append(opts, federation.WithWebPKIRoots(pool))
+	// With https_spiffe the endpoint is authenticated with the bundle
+	// held when the handshake runs: the bootstrap bundle first, then each
+	// one fetched.
+	f, err := newFetcher(p.cfg, p, MaxBundleBytes)
+	if err != nil {
+		return fmt.Errorf("trust domain %s: %w", p.cfg.TrustDomain, err)
+	}
+	for {
+		wait := im.refresh(ctx, p, f)
+		if ctx.Err() != nil {
+			return nil
+		}
+		t := im.cfg.Clock.NewTimer(wait)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil
+		case <-t.C():
 		}
 	}
-	w := &watcher{im: im, p: p, ctx: ctx}
-	err := federation.WatchBundle(ctx, p.cfg.TrustDomain, p.cfg.URL, w, opts...)
-	if ctx.Err() != nil {
-		return nil
+}
+
+// refresh fetches p's bundle once and says when to fetch it next.
+func (im *Importer) refresh(ctx context.Context, p *peer, f *fetcher) time.Duration {
+	b, err := f.fetch(ctx)
+	if err == nil {
+		b, err = im.check(p, b)
 	}
-	return err
+	if err != nil {
+		if ctx.Err() != nil {
+			return 0
+		}
+		im.failed(p, err)
+		return p.backoff()
+	}
+	im.received(p, b)
+	hint, _ := b.RefreshHint()
+	return p.nextRefresh(hint)
 }
 
 // poll re-reads p's bundle file, or its ClusterTrustBundles (at once,
@@ -161,6 +191,9 @@ func (im *Importer) poll(ctx context.Context, p *peer) {
 			}
 		}
 		b, err := im.read(ctx, p)
+		if err == nil {
+			b, err = im.check(p, b)
+		}
 		if err != nil {
 			im.failed(p, err)
 			continue
@@ -185,39 +218,27 @@ func (im *Importer) read(ctx context.Context, p *peer) (*spiffebundle.Bundle, er
 	return spiffebundle.FromX509Authorities(p.cfg.TrustDomain, roots), nil
 }
 
-// watcher is go-spiffe's BundleWatcher for one peer.
-type watcher struct {
-	im  *Importer
-	p   *peer
-	ctx context.Context
-	// errored says the fetch just done failed (OnError comes before
-	// NextRefresh; OnUpdate only for a changed bundle).
-	errored bool
-}
-
-func (w *watcher) OnUpdate(b *spiffebundle.Bundle) { w.im.received(w.p, b) }
-
-func (w *watcher) OnError(err error) {
-	if w.ctx.Err() != nil {
-		return
+// check is CheckBundle for p now, against our roots now.
+func (im *Importer) check(p *peer, b *spiffebundle.Bundle) (*spiffebundle.Bundle, error) {
+	var own []*x509.Certificate
+	if im.cfg.OwnRoots != nil {
+		own = im.cfg.OwnRoots()
 	}
-	w.errored = true
-	w.im.failed(w.p, err)
+	return CheckBundle(b, im.cfg.Clock.Now(), p.cfg.MaxRoots, own)
 }
 
-// NextRefresh is the refresh hint bounded by the refresh interval, or,
-// after a failure, a back-off from a second up to the interval. A fetch
-// that did not fail has confirmed the bundle held.
-func (w *watcher) NextRefresh(hint time.Duration) time.Duration {
-	p := w.p
+// backoff is the wait after a failed refresh: a second, doubling up to
+// the refresh interval.
+func (p *peer) backoff() time.Duration {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if w.errored {
-		w.errored = false
-		p.retry = min(max(2*p.retry, minRetry), p.cfg.RefreshInterval)
-		return p.retry
-	}
-	p.retry, p.failing, p.lastSuccess = 0, false, w.im.cfg.Clock.Now()
+	p.retry = min(max(2*p.retry, minRetry), p.cfg.RefreshInterval)
+	return p.retry
+}
+
+// nextRefresh is the wait after a good refresh: the bundle's refresh hint
+// (0: none) bounded by a second and the refresh interval.
+func (p *peer) nextRefresh(hint time.Duration) time.Duration {
 	if hint <= 0 || hint > p.cfg.RefreshInterval {
 		return p.cfg.RefreshInterval
 	}
@@ -229,7 +250,7 @@ func (im *Importer) received(p *peer, b *spiffebundle.Bundle) {
 	p.mu.Lock()
 	changed := p.bundle == nil || !p.bundle.Equal(b)
 	recovered := p.failing
-	p.bundle, p.failing, p.lastSuccess = b, false, im.cfg.Clock.Now()
+	p.bundle, p.failing, p.retry, p.lastSuccess = b, false, 0, im.cfg.Clock.Now()
 	p.mu.Unlock()
 	if recovered {
 		im.cfg.Logger.Info("federated bundle refreshed after failures", "trust_domain", p.cfg.TrustDomain.String())
