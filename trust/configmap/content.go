@@ -1,6 +1,12 @@
 package configmap
 
 import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/trust/rootset"
@@ -28,10 +34,70 @@ const (
 	LabelIstioConfig = "istio.io/config"
 )
 
-// ErrInvalidRoots is wrapped when the roots cannot be published: none, or
-// one that is not a CA certificate. Nothing is changed in the cluster then;
-// existing ConfigMaps stay.
+// ErrInvalidRoots is wrapped when our roots cannot be published: none, one
+// that is not a CA certificate, or over ContentBudget. Nothing is changed
+// in the cluster then; existing ConfigMaps stay. A federated trust
+// domain's roots never cause it: they are left out instead.
 var ErrInvalidRoots = rootset.ErrInvalid
+
+// ContentBudget is the most PEM the ConfigMap holds: a copy lives in every
+// selected namespace (and in etcd), and the API's limit for a whole
+// ConfigMap is 1 MiB. Our roots alone over it are ErrInvalidRoots; a
+// federated trust domain whose roots would take the content past it is
+// left out.
+const ContentBudget = 256 << 10
+
+// DefaultDNSDomains are the DNS domains no federated root in the ConfigMap
+// may be able to vouch for: Kubernetes services (<svc>.<ns>.svc, istiod's
+// names among them) and the default cluster domain.
+var DefaultDNSDomains = []string{"svc", "cluster.local"}
+
+// content returns the ConfigMap's roots: ours and those of every peer that
+// passes the checks, and reports the peers left out.
+func (p *Publisher) content(ctx context.Context) (string, error) {
+	var peers []rootset.Peer
+	if p.peers != nil {
+		peers = p.peers()
+	}
+	content, left, err := p.compose.Compose(p.opts.Roots(), peers)
+	if err != nil {
+		return "", err
+	}
+	p.leftOut.report(ctx, left)
+	return content, nil
+}
+
+// leftOutReport logs and reports the peers left out when that list
+// changes, not on every namespace's reconcile.
+type leftOutReport struct {
+	notify func([]rootset.LeftOut)
+	log    *slog.Logger
+	mu     sync.Mutex
+	last   string
+}
+
+func (r *leftOutReport) report(ctx context.Context, left []rootset.LeftOut) {
+	var b strings.Builder
+	for _, l := range left {
+		fmt.Fprintf(&b, "%s\x00%s\x00%v\n", l.TrustDomain, l.Reason, l.Err)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if b.String() == r.last {
+		return
+	}
+	r.last = b.String()
+	for _, l := range left {
+		r.log.WarnContext(ctx, "leaving a federated trust domain's roots out of "+ConfigMapName,
+			"trustDomain", l.TrustDomain.Name(), "reason", l.Reason, "error", l.Err)
+	}
+	if len(left) == 0 {
+		r.log.InfoContext(ctx, "every federated trust domain's roots held are in "+ConfigMapName)
+	}
+	if r.notify != nil {
+		r.notify(left)
+	}
+}
 
 // ownLabels returns the labels of our ConfigMaps in trust domain td.
 func ownLabels(td spiffeid.TrustDomain) map[string]string {
