@@ -149,7 +149,9 @@ func TestReconcilePeerDNSConstraints(t *testing.T) {
 			rs.Set(ours)
 			left := &leftOutLog{}
 			cfg := Config{OurDNSDomains: tc.ourNames, LeftOut: left.record,
-				Peers:   func() []rootset.Peer { return []rootset.Peer{{TrustDomain: peerB, Roots: []*x509.Certificate{tc.root}}} },
+				Peers: func() []rootset.Peer {
+					return []rootset.Peer{{TrustDomain: peerB, Roots: []*x509.Certificate{tc.root}}}
+				},
 				Options: trust.Options{Roots: rs.Get, Logger: testlog.New(t)}}
 			client, r := newTestRun(t, cfg, namespace("app", nil), nil, nil, nil)
 			if _, err := r.reconcile(context.Background(), "app"); err != nil {
