@@ -48,6 +48,13 @@ const (
 // of the preview stage.
 const previewPrefix = "preview-"
 
+// peerPrefix starts the name, after the signer's prefix, of a bundle of a
+// federated trust domain's roots; the hash after it covers the trust
+// domain and the content. A trust domain may hold characters a name may
+// not (such as "_"), so it is hashed rather than spelled out; the labels
+// name it.
+const peerPrefix = "peer-"
+
 // maxBundleSize is the apiserver's limit on spec.trustBundle.
 const maxBundleSize = 1 << 20
 
@@ -81,12 +88,20 @@ type target struct {
 	fixedName string
 	// preview: a preview bundle is published too.
 	preview bool
+	// peer, when set, is the federated trust domain whose roots the
+	// bundle holds: its name is apart from ours and every other peer's
+	// even when the roots are the same.
+	peer spiffeid.TrustDomain
 }
 
 // name returns the name of the live bundle holding content.
 func (t target) name(content string) string {
 	if t.fixedName != "" {
 		return t.fixedName
+	}
+	if !t.peer.IsZero() {
+		sum := sha256.Sum256([]byte(peerPrefix + t.peer.Name() + "\n" + content))
+		return signerPrefix(t.signer) + peerPrefix + hex.EncodeToString(sum[:hashBytes])
 	}
 	sum := sha256.Sum256([]byte(content))
 	return signerPrefix(t.signer) + hex.EncodeToString(sum[:hashBytes])

@@ -21,7 +21,15 @@
 // Bundles of Config.SignerName (default workload-ca.io/spiffe) are named
 // "<signer with / replaced by :>:<16 hex digits of SHA-256 of the content>",
 // e.g. workload-ca.io:spiffe:3f2a9c0d17b4e6a5, like kube-controller-manager's
-// clustertrustbundlepublisher. New content gets a new name: the new bundle
+// clustertrustbundlepublisher. Bundles of a federated trust domain
+// (Config.PeerTrustDomain) are named "<signer prefix>:peer-<16 hex digits
+// of SHA-256 of "peer-", the trust domain, a newline and the content>", so
+// that a peer serving our own roots, or two peers serving the same, never
+// share a name with our bundle (the two publishers would relabel it back
+// and forth). Bundles of a peer named the old way (hash of the content
+// only) carry the peer's labels and are deleted as stale once the new
+// one exists; one our publisher had claimed carries our labels and stays
+// ours. New content gets a new name: the new bundle
 // is created before the old one is deleted, so a pod selecting by signer
 // and labels always finds at least one bundle holding the current roots.
 //

@@ -65,7 +65,7 @@ func New(cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		client:  cfg.Client,
 		labels:  ownLabels(opts.TrustDomain, cmp.Or(cfg.PeerTrustDomain, opts.TrustDomain)),
-		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName, preview: cfg.Preview != nil}},
+		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName, preview: cfg.Preview != nil, peer: cfg.PeerTrustDomain}},
 		preview: cfg.Preview,
 		opts:    opts,
 		shell:   trust.NewPublisher(kind, opts),
