@@ -11,21 +11,54 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/federation"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
-// rootConfigMapRoots are what Istio's root ConfigMaps hold: our roots,
-// then those of the federated trust domains marked istioRootConfigMap.
-func (a *app) rootConfigMapRoots() []*x509.Certificate {
-	roots := a.authority.Roots()
-	if a.importer != nil {
-		roots = append(roots, a.importer.RootsOf(func(p federation.Peer) bool { return p.IstioRootConfigMap })...)
+// rootConfigMapPeers are the roots held of the federated trust domains
+// marked istioRootConfigMap, which join ours in Istio's root ConfigMaps
+// when they pass its checks (configmap.Config.Peers).
+func (a *app) rootConfigMapPeers() []rootset.Peer {
+	if a.importer == nil {
+		return nil
 	}
-	return roots
+	var out []rootset.Peer
+	for _, p := range a.cfg.Federation.Peers {
+		if p.IstioRootConfigMap {
+			out = append(out, rootset.Peer{TrustDomain: p.TrustDomain, Roots: a.importer.Roots(p.TrustDomain)})
+		}
+	}
+	return out
+}
+
+// ourDNSDomains are the DNS domains, besides configmap.DefaultDNSDomains,
+// that no federated root in Istio's root ConfigMaps may vouch for: our
+// trust domain's name (Istio's default cluster domain is the trust
+// domain) and istiod's names.
+func (a *app) ourDNSDomains() []string {
+	names := a.cfg.IstiodDNSNames
+	if len(names) == 0 {
+		names = istiodcert.DefaultDNSNames(a.cfg.IstiodNamespace)
+	}
+	return append([]string{a.cfg.TrustDomain.Name()}, names...)
+}
+
+// rootConfigMapLeftOut exports the peers left out of Istio's root
+// ConfigMaps.
+func (a *app) rootConfigMapLeftOut() func([]rootset.LeftOut) {
+	g := metrics.NewLeftOut(a.reg)
+	return func(left []rootset.LeftOut) {
+		reasons := make(map[string]string, len(left))
+		for _, l := range left {
+			reasons[l.TrustDomain.Name()] = l.Reason
+		}
+		g.Set("istio_root_configmap", reasons)
+	}
 }
 
 // federate wires --federation-config on every replica: the importer of

@@ -207,8 +207,11 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 		return nil
 	}
 	opts := a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")
-	opts.Roots = a.rootConfigMapRoots
-	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: opts})
+	cfg := configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: opts}
+	if len(a.cfg.federatedRootConfigMaps()) > 0 {
+		cfg.Peers, cfg.OurDNSDomains, cfg.LeftOut = a.rootConfigMapPeers, a.ourDNSDomains(), a.rootConfigMapLeftOut()
+	}
+	p, err := configmap.New(cfg)
 	if err != nil {
 		return err
 	}
