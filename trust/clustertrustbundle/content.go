@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -66,6 +67,9 @@ const hashBytes = 8
 // changed in the cluster then; existing bundles stay.
 var ErrInvalidRoots = rootset.ErrInvalid
 
+// errTooLarge marks roots over the API's size limit.
+var errTooLarge = errors.New("too large")
+
 // bundleContent returns roots as ClusterTrustBundle content: their
 // canonical PEM (rootset.PEM), so that the same set of roots always yields
 // the same string (and name), within the API's size limit.
@@ -75,7 +79,7 @@ func bundleContent(roots []*x509.Certificate) (string, error) {
 		return "", err
 	}
 	if len(content) > maxBundleSize {
-		return "", fmt.Errorf("%w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, len(content), maxBundleSize)
+		return "", fmt.Errorf("%w: %w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, errTooLarge, len(content), maxBundleSize)
 	}
 	return content, nil
 }

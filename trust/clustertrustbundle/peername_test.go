@@ -1,6 +1,9 @@
 package clustertrustbundle
 
 import (
+	"context"
+	"crypto/x509"
+	"math/big"
 	"strings"
 	"testing"
 	"time"
@@ -8,13 +11,13 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certv1 "k8s.io/api/certificates/v1"
-	testclock "k8s.io/utils/clock/testing"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
-	"github.com/workload-ca/workload-ca/internal/testobs"
-	"github.com/workload-ca/workload-ca/internal/testwait"
 	"github.com/workload-ca/workload-ca/trust"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // TestPeerBundleEqualToOursDoesNotFlap is issue 37's finding 4: a peer
@@ -27,48 +30,62 @@ import (
 func TestPeerBundleEqualToOursDoesNotFlap(t *testing.T) {
 	roots := testca.RootCerts(t, 1)
 	peer := spiffeid.RequireTrustDomainFromString("east.example")
-	client := fakeCluster(allowAll, "v1")
-	fc := testclock.NewFakeClock(time.Now())
-	own, theirs := &testobs.Results{}, &testobs.Results{}
+	client := fake.NewClientset()
 	rs := &testca.Roots{}
 	rs.Set(roots[0])
-	var pubs []*Publisher
-	for _, c := range []struct {
-		peer spiffeid.TrustDomain
-		obs  *testobs.Results
-	}{{spiffeid.TrustDomain{}, own}, {peer, theirs}} {
-		p, err := New(Config{Client: client, PeerTrustDomain: c.peer, Options: trust.Options{TrustDomain: testTD,
-			Roots: rs.Get, Observer: c.obs, Clock: fc, Logger: testlog.New(t)}})
+	var runs []*run
+	for _, td := range []spiffeid.TrustDomain{{}, peer} {
+		p, err := New(Config{Client: client, PeerTrustDomain: td, Options: trust.Options{TrustDomain: testTD,
+			Roots: rs.Get, Logger: testlog.New(t)}})
 		if err != nil {
 			t.Fatal(err)
 		}
-		startRun(t, p)
-		pubs = append(pubs, p)
+		runs = append(runs, newRun(p, v1API(client)))
 	}
-	testwait.Eventually(t, "both publishers settled", func() bool {
-		return own.Count(trust.ResultUnchanged) > 0 && theirs.Count(trust.ResultUnchanged) > 0
-	})
-	before := len(testobs.WriteVerbs(client))
-	for i := 1; i <= 20; i++ {
-		for _, p := range pubs {
-			p.Trigger()
+	// The two publishers take turns, each with its cache as the informer
+	// would have it.
+	for range 20 {
+		for _, r := range runs {
+			syncStores(t, client, r)
+			if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
+				t.Fatal(err)
+			}
 		}
-		u0, u1 := own.Count(trust.ResultUnchanged), theirs.Count(trust.ResultUnchanged)
-		testwait.Eventually(t, "a full reconcile of both", func() bool {
-			return own.Count(trust.ResultUnchanged) > u0 && theirs.Count(trust.ResultUnchanged) > u1
-		})
 	}
-	if writes := testobs.WriteVerbs(client)[before:]; len(writes) != 0 {
-		t.Fatalf("%d writes while nothing changed (%v): the publishers contend for one bundle", len(writes), strings.Join(writes, ","))
+	var updates []string
+	for _, a := range client.Actions() {
+		if a.GetVerb() == "update" || a.GetVerb() == "delete" {
+			updates = append(updates, a.GetVerb())
+		}
+	}
+	if len(updates) != 0 {
+		t.Fatalf("%d updates and deletes in 20 rounds while nothing changed: the publishers contend for one bundle", len(updates))
 	}
 	content := mustContent(t, roots[0])
-	got := listStates(t, client)
 	want := states([]*certv1.ClusterTrustBundle{
 		bundle(hashedName(content), DefaultSignerName, content, liveLabels(testTD, testTD)),
 		bundle(target{signer: DefaultSignerName, peer: peer}.name(content), DefaultSignerName, content, liveLabels(testTD, peer)),
 	})
-	if diff := cmp.Diff(want, got); diff != "" {
+	if diff := cmp.Diff(want, listStates(t, client)); diff != "" {
 		t.Fatalf("bundles (-want +got):\n%s", diff)
+	}
+}
+
+// syncStores makes r's caches hold what the cluster holds.
+func syncStores(t *testing.T, client *fake.Clientset, r *run) {
+	t.Helper()
+	list, err := client.CertificatesV1().ClusterTrustBundles().List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	objs := make([]any, len(list.Items))
+	for i := range list.Items {
+		objs[i] = list.Items[i].DeepCopy()
+	}
+	for _, store := range r.stores {
+		if err := store.Replace(objs, ""); err != nil {
+			t.Fatal(err)
+		}
 	}
 }
 
@@ -86,5 +103,45 @@ func TestPeerBundleNames(t *testing.T) {
 		if !strings.HasPrefix(n, "workload-ca.io:spiffe:peer-") || isPreview(n) {
 			t.Errorf("peer bundle name %s", n)
 		}
+	}
+}
+
+// TestReconcileBadPeerLeftOut is issue 37's finding 3 for
+// ClusterTrustBundles: a peer serving a certificate that is not a CA is
+// left out with its reason (told once), not retried as an error; its
+// bundle already published stays, and it is published again once its
+// roots pass.
+func TestReconcileBadPeerLeftOut(t *testing.T) {
+	roots := testca.RootCerts(t, 2)
+	peer := spiffeid.RequireTrustDomainFromString("east.example")
+	issuer := testca.NewRoot(t, testca.P256)
+	now := time.Now()
+	leaf := testca.Sign(t, &x509.Certificate{SerialNumber: big.NewInt(3), NotBefore: now, NotAfter: now.Add(time.Hour),
+		BasicConstraintsValid: true}, issuer.Cert, testca.NewKey(t, testca.P256).Public(), issuer.Key)
+	tgt := target{signer: DefaultSignerName, peer: peer}
+	good := bundle(tgt.name(mustContent(t, roots[0])), DefaultSignerName, mustContent(t, roots[0]), liveLabels(testTD, peer))
+	rs := &testca.Roots{}
+	rs.Set(roots[0], leaf)
+	var told [][]rootset.LeftOut
+	client, r := newTestRun(t, Config{PeerTrustDomain: peer, LeftOut: func(l []rootset.LeftOut) { told = append(told, l) },
+		Options: trust.Options{Roots: rs.Get}}, good)
+	for range 2 {
+		res, err := r.reconcile(context.Background(), DefaultSignerName)
+		if err != nil || res != trust.ResultSkipped {
+			t.Fatalf("reconcile = %q, %v; want skipped, no error", res, err)
+		}
+	}
+	if diff := cmp.Diff(states([]*certv1.ClusterTrustBundle{good}), listStates(t, client)); diff != "" {
+		t.Fatalf("bundles (-want +got):\n%s", diff)
+	}
+	if len(told) != 1 || len(told[0]) != 1 || told[0][0].Reason != rootset.ReasonInvalid || told[0][0].TrustDomain != peer {
+		t.Fatalf("LeftOut told %v, want once: %s invalid", told, peer)
+	}
+	rs.Set(roots[1])
+	if res, err := r.reconcile(context.Background(), DefaultSignerName); err != nil || res != trust.ResultCreated {
+		t.Fatalf("reconcile = %q, %v; want the fixed roots created", res, err)
+	}
+	if len(told) != 2 || told[1] != nil {
+		t.Fatalf("LeftOut told %v, want nil once the roots pass", told)
 	}
 }

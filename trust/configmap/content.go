@@ -2,10 +2,6 @@ package configmap
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"strings"
-	"sync"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
@@ -63,40 +59,8 @@ func (p *Publisher) content(ctx context.Context) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	p.leftOut.report(ctx, left)
+	p.leftOut.Report(ctx, left)
 	return content, nil
-}
-
-// leftOutReport logs and reports the peers left out when that list
-// changes, not on every namespace's reconcile.
-type leftOutReport struct {
-	notify func([]rootset.LeftOut)
-	log    *slog.Logger
-	mu     sync.Mutex
-	last   string
-}
-
-func (r *leftOutReport) report(ctx context.Context, left []rootset.LeftOut) {
-	var b strings.Builder
-	for _, l := range left {
-		fmt.Fprintf(&b, "%s\x00%s\x00%v\n", l.TrustDomain, l.Reason, l.Err)
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if b.String() == r.last {
-		return
-	}
-	r.last = b.String()
-	for _, l := range left {
-		r.log.WarnContext(ctx, "leaving a federated trust domain's roots out of "+ConfigMapName,
-			"trustDomain", l.TrustDomain.Name(), "reason", l.Reason, "error", l.Err)
-	}
-	if len(left) == 0 {
-		r.log.InfoContext(ctx, "every federated trust domain's roots held are in "+ConfigMapName)
-	}
-	if r.notify != nil {
-		r.notify(left)
-	}
 }
 
 // ownLabels returns the labels of our ConfigMaps in trust domain td.

@@ -55,7 +55,7 @@ type Publisher struct {
 	shell    *trust.Publisher
 	peers    func() []rootset.Peer
 	compose  rootset.Composition
-	leftOut  leftOutReport
+	leftOut  *trust.LeftOutReport
 }
 
 // New checks cfg and returns a Publisher; Run starts it.
@@ -74,7 +74,7 @@ func New(cfg Config) (*Publisher, error) {
 	return &Publisher{client: cfg.Client, selector: cfg.NamespaceSelector, labels: ownLabels(opts.TrustDomain),
 		opts: opts, shell: trust.NewPublisher(kind, opts), peers: cfg.Peers,
 		compose: rootset.Composition{Budget: ContentBudget, Check: func(c *x509.Certificate) error { return rootset.KeepsOffDNS(c, domains) }},
-		leftOut: leftOutReport{notify: cfg.LeftOut, log: opts.Logger}}, nil
+		leftOut: trust.NewLeftOutReport(ConfigMapName, cfg.LeftOut, opts.Logger)}, nil
 }
 
 // Run publishes the roots until ctx ends, then returns nil. It first
