@@ -48,16 +48,15 @@ func (a *app) ourDNSDomains() []string {
 	return append([]string{a.cfg.TrustDomain.Name()}, names...)
 }
 
-// rootConfigMapLeftOut exports the peers left out of Istio's root
-// ConfigMaps.
-func (a *app) rootConfigMapLeftOut() func([]rootset.LeftOut) {
-	g := metrics.NewLeftOut(a.reg)
+// leftOutMetric exports the peers a destination leaves out as
+// workload_ca_federation_roots_left_out.
+func (a *app) leftOutMetric(destination string, match func(trustDomain string) bool) func([]rootset.LeftOut) {
 	return func(left []rootset.LeftOut) {
 		reasons := make(map[string]string, len(left))
 		for _, l := range left {
 			reasons[l.TrustDomain.Name()] = l.Reason
 		}
-		g.Set("istio_root_configmap", reasons)
+		a.leftOut.Set(destination, match, reasons)
 	}
 }
 
@@ -73,6 +72,7 @@ func (a *app) federate(ctx context.Context) error {
 	}
 	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
+		a.leftOut = metrics.NewLeftOut(a.reg)
 		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
 		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, Logger: log,
 			ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
@@ -92,7 +92,7 @@ func (a *app) federate(ctx context.Context) error {
 			}
 			name := "trustbundle-" + p.TrustDomain.Name()
 			pub, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
-				PeerTrustDomain: p.TrustDomain, Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
+				PeerTrustDomain: p.TrustDomain, LeftOut: a.leftOutMetric("cluster_trust_bundle", func(td string) bool { return td == p.TrustDomain.Name() }), Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
 					Roots: func() []*x509.Certificate { return im.Roots(p.TrustDomain) }, Observer: a.metrics,
 					Logger: a.log.With("component", name)}})
 			if err != nil {
