@@ -12,6 +12,12 @@
 // select by the field spec.signerName, which every served version supports
 // and which is immutable, so an edited bundle never leaves the selection.
 //
+// A federated trust domain's roots (Config.PeerTrustDomain) that fail the
+// checks (a root not a CA certificate allowed to sign certificates, or
+// over 1 MiB) are left out: nothing is written, its bundles stay as they
+// were, the reason is logged once and told to Config.LeftOut. Our own
+// roots failing them are an error, retried.
+//
 // It does not own: where the roots come from or when they change (the
 // caller passes Config.Roots and calls Trigger), leader election (only the
 // leader should call Run), or metrics registration (see Observer).
