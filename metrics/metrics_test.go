@@ -183,3 +183,22 @@ workload_ca_federation_fetch_errors_total{trust_domain="west.example"} 0
 		t.Fatal(err)
 	}
 }
+
+func TestLeftOut(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	l := metrics.NewLeftOut(reg)
+	all := func(string) bool { return true }
+	l.Set("istio_root_configmap", all, map[string]string{"a.example": "invalid"})
+	l.Set("cluster_trust_bundle", func(td string) bool { return td == "c.example" }, map[string]string{"c.example": "invalid"})
+	l.Set("cluster_trust_bundle", func(td string) bool { return td == "d.example" }, nil)
+	l.Set("istio_root_configmap", all, map[string]string{"b.example": "dns_not_constrained"})
+	want := `
+# HELP workload_ca_federation_roots_left_out 1 for a federated trust domain whose roots a destination (istio_root_configmap, cluster_trust_bundle) leaves out, by reason (invalid, over_size_budget, dns_not_constrained); no series while they are in.
+# TYPE workload_ca_federation_roots_left_out gauge
+workload_ca_federation_roots_left_out{destination="cluster_trust_bundle",reason="invalid",trust_domain="c.example"} 1
+workload_ca_federation_roots_left_out{destination="istio_root_configmap",reason="dns_not_constrained",trust_domain="b.example"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "workload_ca_federation_roots_left_out"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,7 +3,9 @@
 // full reconcile when it starts and every resync period, the outcome of
 // each reconcile reported to an Observer, and the write-or-repair step for
 // one published object (Writer), which restores content another writer
-// changed at most once per repair interval.
+// changed at most once per repair interval, and the report of federated
+// trust domains a target leaves out (LeftOutReport), logged and told
+// once per change.
 //
 // The targets are packages of their own, each a small implementation of
 // what it publishes to: clustertrustbundle (ClusterTrustBundles, one or

@@ -11,21 +11,53 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/federation"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
-// rootConfigMapRoots are what Istio's root ConfigMaps hold: our roots,
-// then those of the federated trust domains marked istioRootConfigMap.
-func (a *app) rootConfigMapRoots() []*x509.Certificate {
-	roots := a.authority.Roots()
-	if a.importer != nil {
-		roots = append(roots, a.importer.RootsOf(func(p federation.Peer) bool { return p.IstioRootConfigMap })...)
+// rootConfigMapPeers are the roots held of the federated trust domains
+// marked istioRootConfigMap, which join ours in Istio's root ConfigMaps
+// when they pass its checks (configmap.Config.Peers).
+func (a *app) rootConfigMapPeers() []rootset.Peer {
+	if a.importer == nil {
+		return nil
 	}
-	return roots
+	var out []rootset.Peer
+	for _, p := range a.cfg.Federation.Peers {
+		if p.IstioRootConfigMap {
+			out = append(out, rootset.Peer{TrustDomain: p.TrustDomain, Roots: a.importer.Roots(p.TrustDomain)})
+		}
+	}
+	return out
+}
+
+// ourDNSDomains are the DNS domains, besides configmap.DefaultDNSDomains,
+// that no federated root in Istio's root ConfigMaps may vouch for: our
+// trust domain's name (Istio's default cluster domain is the trust
+// domain) and istiod's names.
+func (a *app) ourDNSDomains() []string {
+	names := a.cfg.IstiodDNSNames
+	if len(names) == 0 {
+		names = istiodcert.DefaultDNSNames(a.cfg.IstiodNamespace)
+	}
+	return append([]string{a.cfg.TrustDomain.Name()}, names...)
+}
+
+// leftOutMetric exports the peers a destination leaves out as
+// workload_ca_federation_roots_left_out.
+func (a *app) leftOutMetric(destination string, match func(trustDomain string) bool) func([]rootset.LeftOut) {
+	return func(left []rootset.LeftOut) {
+		reasons := make(map[string]string, len(left))
+		for _, l := range left {
+			reasons[l.TrustDomain.Name()] = l.Reason
+		}
+		a.leftOut.Set(destination, match, reasons)
+	}
 }
 
 // federate wires --federation-config on every replica: the importer of
@@ -40,6 +72,7 @@ func (a *app) federate(ctx context.Context) error {
 	}
 	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
+		a.leftOut = metrics.NewLeftOut(a.reg)
 		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
 		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, OwnRoots: a.authority.Roots, Logger: log,
 			ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
@@ -59,7 +92,7 @@ func (a *app) federate(ctx context.Context) error {
 			}
 			name := "trustbundle-" + p.TrustDomain.Name()
 			pub, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
-				PeerTrustDomain: p.TrustDomain, Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
+				PeerTrustDomain: p.TrustDomain, LeftOut: a.leftOutMetric("cluster_trust_bundle", func(td string) bool { return td == p.TrustDomain.Name() }), Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
 					Roots: func() []*x509.Certificate { return im.Roots(p.TrustDomain) }, Observer: a.metrics,
 					Logger: a.log.With("component", name)}})
 			if err != nil {

@@ -102,6 +102,8 @@ type app struct {
 	// and peerTriggers are the publishers to trigger when one changes.
 	importer     *federation.Importer
 	peerTriggers map[spiffeid.TrustDomain][]func()
+	// leftOut counts the peers whose roots a destination leaves out.
+	leftOut metrics.LeftOut
 	// components are what runs besides the gRPC and admin servers.
 	components []component.Component
 }
@@ -207,8 +209,12 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 		return nil
 	}
 	opts := a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")
-	opts.Roots = a.rootConfigMapRoots
-	p, err := configmap.New(configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: opts})
+	cfg := configmap.Config{Client: a.kube.rootConfigMaps, NamespaceSelector: a.cfg.IstioRootNamespaces, Options: opts}
+	if len(a.cfg.federatedRootConfigMaps()) > 0 {
+		cfg.Peers, cfg.OurDNSDomains, cfg.LeftOut = a.rootConfigMapPeers, a.ourDNSDomains(),
+			a.leftOutMetric("istio_root_configmap", func(string) bool { return true })
+	}
+	p, err := configmap.New(cfg)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"maps"
 	"strings"
@@ -48,6 +49,13 @@ const (
 // of the preview stage.
 const previewPrefix = "preview-"
 
+// peerPrefix starts the name, after the signer's prefix, of a bundle of a
+// federated trust domain's roots; the hash after it covers the trust
+// domain and the content. A trust domain may hold characters a name may
+// not (such as "_"), so it is hashed rather than spelled out; the labels
+// name it.
+const peerPrefix = "peer-"
+
 // maxBundleSize is the apiserver's limit on spec.trustBundle.
 const maxBundleSize = 1 << 20
 
@@ -59,6 +67,9 @@ const hashBytes = 8
 // changed in the cluster then; existing bundles stay.
 var ErrInvalidRoots = rootset.ErrInvalid
 
+// errTooLarge marks roots over the API's size limit.
+var errTooLarge = errors.New("too large")
+
 // bundleContent returns roots as ClusterTrustBundle content: their
 // canonical PEM (rootset.PEM), so that the same set of roots always yields
 // the same string (and name), within the API's size limit.
@@ -68,7 +79,7 @@ func bundleContent(roots []*x509.Certificate) (string, error) {
 		return "", err
 	}
 	if len(content) > maxBundleSize {
-		return "", fmt.Errorf("%w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, len(content), maxBundleSize)
+		return "", fmt.Errorf("%w: %w: %d bytes of PEM, over the %d-byte limit", ErrInvalidRoots, errTooLarge, len(content), maxBundleSize)
 	}
 	return content, nil
 }
@@ -81,12 +92,20 @@ type target struct {
 	fixedName string
 	// preview: a preview bundle is published too.
 	preview bool
+	// peer, when set, is the federated trust domain whose roots the
+	// bundle holds: its name is apart from ours and every other peer's
+	// even when the roots are the same.
+	peer spiffeid.TrustDomain
 }
 
 // name returns the name of the live bundle holding content.
 func (t target) name(content string) string {
 	if t.fixedName != "" {
 		return t.fixedName
+	}
+	if !t.peer.IsZero() {
+		sum := sha256.Sum256([]byte(peerPrefix + t.peer.Name() + "\n" + content))
+		return signerPrefix(t.signer) + peerPrefix + hex.EncodeToString(sum[:hashBytes])
 	}
 	sum := sha256.Sum256([]byte(content))
 	return signerPrefix(t.signer) + hex.EncodeToString(sum[:hashBytes])

@@ -17,6 +17,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/workload-ca/workload-ca/trust"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // run is the state of one Run: an informer and store per signer, and the
@@ -92,8 +93,17 @@ func (r *run) reconcile(ctx context.Context, signer string) (string, error) {
 	content, err := bundleContent(slices.DeleteFunc(slices.Clone(roots), func(c *x509.Certificate) bool {
 		return slices.ContainsFunc(preview, c.Equal)
 	}))
+	if err != nil && !t.peer.IsZero() {
+		// A peer's roots that fail the checks are left out: its bundles
+		// stay as they are until it serves roots that pass.
+		r.p.leftOut.Report(ctx, []rootset.LeftOut{{TrustDomain: t.peer, Reason: reasonOf(err), Err: err}})
+		return trust.ResultSkipped, nil
+	}
 	if err != nil {
 		return trust.ResultError, err
+	}
+	if !t.peer.IsZero() {
+		r.p.leftOut.Report(ctx, nil)
 	}
 	want := map[string]string{t.name(content): content}
 	if t.preview {
@@ -213,4 +223,12 @@ func (r *run) deleteStale(ctx context.Context, t target, keep map[string]string)
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// reasonOf is the rootset.Reason* of roots bundleContent refused.
+func reasonOf(err error) string {
+	if errors.Is(err, errTooLarge) {
+		return rootset.ReasonOverBudget
+	}
+	return rootset.ReasonInvalid
 }

@@ -12,6 +12,12 @@
 // select by the field spec.signerName, which every served version supports
 // and which is immutable, so an edited bundle never leaves the selection.
 //
+// A federated trust domain's roots (Config.PeerTrustDomain) that fail the
+// checks (a root not a CA certificate allowed to sign certificates, or
+// over 1 MiB) are left out: nothing is written, its bundles stay as they
+// were, the reason is logged once and told to Config.LeftOut. Our own
+// roots failing them are an error, retried.
+//
 // It does not own: where the roots come from or when they change (the
 // caller passes Config.Roots and calls Trigger), leader election (only the
 // leader should call Run), or metrics registration (see Observer).
@@ -21,7 +27,15 @@
 // Bundles of Config.SignerName (default workload-ca.io/spiffe) are named
 // "<signer with / replaced by :>:<16 hex digits of SHA-256 of the content>",
 // e.g. workload-ca.io:spiffe:3f2a9c0d17b4e6a5, like kube-controller-manager's
-// clustertrustbundlepublisher. New content gets a new name: the new bundle
+// clustertrustbundlepublisher. Bundles of a federated trust domain
+// (Config.PeerTrustDomain) are named "<signer prefix>:peer-<16 hex digits
+// of SHA-256 of "peer-", the trust domain, a newline and the content>", so
+// that a peer serving our own roots, or two peers serving the same, never
+// share a name with our bundle (the two publishers would relabel it back
+// and forth). Bundles of a peer named the old way (hash of the content
+// only) carry the peer's labels and are deleted as stale once the new
+// one exists; one our publisher had claimed carries our labels and stays
+// ours. New content gets a new name: the new bundle
 // is created before the old one is deleted, so a pod selecting by signer
 // and labels always finds at least one bundle holding the current roots.
 //

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	certv1 "k8s.io/api/certificates/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -63,6 +64,7 @@ func TestE2E(t *testing.T) {
 		{"rotation: new bundle before the old one goes, unowned kept", func(t *testing.T) {
 			testRotation(t, admin, p, rs, roots)
 		}},
+		{"a peer serving our roots gets a bundle of its own", func(t *testing.T) { testPeerSameRoots(t, admin, user, rs) }},
 		{"istio-compatible", func(t *testing.T) { testIstio(t, cp) }},
 		{"pod with clusterTrustBundle volumes accepted", func(t *testing.T) { testPodAccepted(t, cp) }},
 		{"no attest permission", func(t *testing.T) { testNoAttest(t, cp) }},
@@ -300,5 +302,28 @@ func testSelectRoots(t *testing.T, admin kubernetes.Interface, roots []*x509.Cer
 		if len(got) != len(tc.want) || (len(got) > 0 && !slices.ContainsFunc(got, tc.want[0].Equal)) {
 			t.Errorf("SelectRoots(%v) = %d roots, want %d", tc.labels, len(got), len(tc.want))
 		}
+	}
+}
+
+// testPeerSameRoots is issue 37's finding 4 against the API server: a
+// peer serving our roots is published under a name of its own (which the
+// API server accepts for our signer), and our bundle keeps our labels.
+func testPeerSameRoots(t *testing.T, admin, user kubernetes.Interface, rs *testca.Roots) {
+	peer := spiffeid.RequireTrustDomainFromString("east.example")
+	p, err := New(Config{Client: user, PeerTrustDomain: peer, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Logger: testlog.New(t)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := testwait.Run(t, p.Run)
+	content := mustContent(t, rs.Get()...)
+	name := target{signer: DefaultSignerName, peer: peer}.name(content)
+	testwait.Eventually(t, "the peer's bundle", func() bool {
+		b, err := admin.CertificatesV1().ClusterTrustBundles().Get(t.Context(), name, metav1.GetOptions{})
+		return err == nil && b.Spec.TrustBundle == content && trust.HasLabels(b.Labels, liveLabels(testTD, peer))
+	})
+	waitBundle(t, admin, hashedName(content), DefaultSignerName, rs.Get()...)
+	stop()
+	if err := admin.CertificatesV1().ClusterTrustBundles().Delete(t.Context(), name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
 	}
 }

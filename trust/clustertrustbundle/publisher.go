@@ -13,6 +13,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/internal/rbac"
 	"github.com/workload-ca/workload-ca/trust"
+	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // Config configures a Publisher. Client, TrustDomain and Roots are
@@ -36,6 +37,11 @@ type Config struct {
 	// of them. The IstioCompatible bundle holds the live roots. Trigger
 	// when a root goes live. Nil: only live bundles, of every root.
 	Preview func() []*x509.Certificate
+	// LeftOut, if set, is told when PeerTrustDomain's roots fail the
+	// checks (a root not a CA certificate, or over 1 MiB): they are not
+	// published, its bundles stay as they were, and the reason is logged
+	// once; it is told nil when they pass again. It must be fast.
+	LeftOut func([]rootset.LeftOut)
 	// Options are what every publisher has; TrustDomain is ours.
 	trust.Options
 }
@@ -51,6 +57,7 @@ type Publisher struct {
 	preview func() []*x509.Certificate
 	opts    trust.Options
 	shell   *trust.Publisher
+	leftOut *trust.LeftOutReport
 }
 
 // New checks cfg and returns a Publisher; Run starts it.
@@ -65,10 +72,11 @@ func New(cfg Config) (*Publisher, error) {
 	p := &Publisher{
 		client:  cfg.Client,
 		labels:  ownLabels(opts.TrustDomain, cmp.Or(cfg.PeerTrustDomain, opts.TrustDomain)),
-		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName, preview: cfg.Preview != nil}},
+		targets: map[string]target{cfg.SignerName: {signer: cfg.SignerName, preview: cfg.Preview != nil, peer: cfg.PeerTrustDomain}},
 		preview: cfg.Preview,
 		opts:    opts,
 		shell:   trust.NewPublisher(kind, opts),
+		leftOut: trust.NewLeftOutReport("its ClusterTrustBundle", cfg.LeftOut, opts.Logger),
 	}
 	if cfg.IstioCompatible {
 		p.targets[IstioSignerName] = target{signer: IstioSignerName, fixedName: IstioBundleName}

@@ -139,7 +139,7 @@ func TestReconcilePeerBundle(t *testing.T) {
 	if _, err := r.reconcile(context.Background(), DefaultSignerName); err != nil {
 		t.Fatal(err)
 	}
-	want := bundle(hashedName(mustContent(t, roots[2])), DefaultSignerName, mustContent(t, roots[2]), liveLabels(testTD, peer))
+	want := bundle(target{signer: DefaultSignerName, peer: peer}.name(mustContent(t, roots[2])), DefaultSignerName, mustContent(t, roots[2]), liveLabels(testTD, peer))
 	if diff := cmp.Diff(states([]*certv1.ClusterTrustBundle{own, want}), listStates(t, client)); diff != "" {
 		t.Errorf("bundles (-want +got):\n%s", diff)
 	}

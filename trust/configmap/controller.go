@@ -15,7 +15,6 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/workload-ca/workload-ca/trust"
-	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
 // run is the state of one Run: the namespace and ConfigMap informers and
@@ -125,7 +124,7 @@ func (r *run) reconcile(ctx context.Context, ns string) (string, error) {
 		r.writer.Forget(ns, ConfigMapName)
 		return trust.ResultSkipped, nil
 	}
-	content, err := rootset.PEM(r.p.opts.Roots())
+	content, err := r.p.content(ctx)
 	if err != nil {
 		return trust.ResultError, err
 	}

@@ -16,6 +16,15 @@
 // the field metadata.name, which is immutable, so an edited ConfigMap
 // never leaves the selection.
 //
+// Federated trust domains' roots (Config.Peers) join ours one peer at a
+// time (rootset.Composition): our roots always go in; a peer whose roots
+// include one that is not a CA certificate, whose roots would take the
+// content past ContentBudget, or whose roots' name constraints do not keep
+// them off our DNS names (rootset.KeepsOffDNS over DefaultDNSDomains and
+// Config.OurDNSDomains: a root here also vouches for DNS names, such as
+// istiod's) is left out, logged once per change and reported to
+// Config.LeftOut.
+//
 // It does not own: where the roots come from or when they change (the
 // caller passes Config.Roots and calls Trigger), leader election (only the
 // leader should call Run), metrics registration (see Observer), or
