@@ -1,6 +1,7 @@
 # workload-ca build, test and demo. Everything it needs comes from the Go
 # module proxy, pinned in go.mod, tools/go.mod, tools/sbom/go.mod,
-# e2e/tools/go.mod, e2e/kmstools/go.mod and e2e/istiotools/go.mod.
+# e2e/tools/go.mod, e2e/kmstools/go.mod, e2e/istiotools/go.mod and
+# e2e/spiretools/go.mod.
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
 .DEFAULT_GOAL := build
@@ -37,6 +38,11 @@ VAULT        := $(CURDIR)/.controlplane/vault-$(VAULT_VERSION)/vault-server
 # other upstream CA of those tests, from e2e/certmanagertools, with its CRDs.
 CERT_MANAGER_VERSION := $(shell awk '$$1 == "github.com/cert-manager/cert-manager" {print $$2}' e2e/certmanagertools/go.mod)
 CERT_MANAGER := $(CURDIR)/.controlplane/cert-manager-$(CERT_MANAGER_VERSION)/cm-controller
+# SPIRE's server, the federation peer of the e2e suite's SPIRE test, from the
+# module e2e/spiretools/go.mod pins (a tool of that module), cached by
+# version beside the control plane.
+SPIRE_VERSION := $(shell awk '$$1 == "github.com/spiffe/spire" {print $$2}' e2e/spiretools/go.mod)
+SPIRE        := $(CURDIR)/.controlplane/spire-$(SPIRE_VERSION)/spire-server
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -52,7 +58,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager
+.PHONY: tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager spire
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -101,11 +107,12 @@ unit: ## Unit tests (race detector on), fuzz seed corpora included.
 
 # The suite runs the image's binary too; this machine's platform is enough.
 e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
-e2e: build image controlplane istiod vault cert-manager prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
+e2e: build image controlplane istiod vault cert-manager spire prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
 		WORKLOAD_CA_IMAGE_SBOM=$(BIN)/image-sbom/$(subst /,-,$(HOST_PLATFORM)).cdx.json \
-		WORKLOAD_CA_ISTIOD=$(ISTIOD) WORKLOAD_CA_VAULT=$(VAULT) WORKLOAD_CA_CERT_MANAGER=$(CERT_MANAGER) TMPDIR=$(WORK); \
+		WORKLOAD_CA_ISTIOD=$(ISTIOD) WORKLOAD_CA_VAULT=$(VAULT) WORKLOAD_CA_CERT_MANAGER=$(CERT_MANAGER) \
+		WORKLOAD_CA_SPIRE_SERVER=$(SPIRE) TMPDIR=$(WORK); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
@@ -259,6 +266,13 @@ $(CERT_MANAGER):
 	cd e2e/certmanagertools && $(GO) build -o $@.tmp . && \
 		cp $$($(GO) list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds/cert-manager.io_*.yaml $(dir $@)crds/
 	chmod u+w $(dir $@)crds/*.yaml
+	mv $@.tmp $@
+
+# It is only run, never debugged: stripped. Its SQLite datastore needs cgo.
+spire: $(SPIRE) ## Build SPIRE's server for the e2e suite's federation test (cached by version).
+$(SPIRE):
+	mkdir -p $(dir $@)
+	cd e2e/spiretools && CGO_ENABLED=1 $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/spiffe/spire/cmd/spire-server
 	mv $@.tmp $@
 
 # local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs
