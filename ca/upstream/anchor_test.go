@@ -13,7 +13,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-// TestPinnedTrustAnchor (issue 37, finding 5): with pinned anchors, an
+// TestPinnedTrustAnchor: with pinned anchors, an
 // answer is taken only if its chain leads to one of them, and the anchor
 // the CA publishes is the pinned certificate, never the last one the
 // answer carries (cert-manager's status.ca, which whoever can edit the
@@ -30,13 +30,6 @@ func TestPinnedTrustAnchor(t *testing.T) {
 			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(time.Hour), BasicConstraintsValid: true, IsCA: true,
 			MaxPathLenZero: true, KeyUsage: x509.KeyUsageCertSign}, by.Cert, key.Public(), by.Key)
 	}
-	chain := func(cas ...*testca.CA) []*x509.Certificate {
-		var out []*x509.Certificate
-		for _, c := range cas {
-			out = append(out, c.Cert)
-		}
-		return out
-	}
 	tests := []struct {
 		name              string
 		pins              []*testca.CA
@@ -46,25 +39,25 @@ func TestPinnedTrustAnchor(t *testing.T) {
 		wantErr           string
 	}{
 		{name: "chain ends at the pinned root", pins: []*testca.CA{root},
-			issued: upstream.Issued{Cert: issue(company), Chain: chain(company, root)}, wantAnchor: root, wantIntermediates: 1},
+			issued: upstream.Issued{Cert: issue(company), Chain: testca.Certs(company, root)}, wantAnchor: root, wantIntermediates: 1},
 		{name: "no status.ca: the pinned root that issued the chain's top is the anchor", pins: []*testca.CA{root},
-			issued: upstream.Issued{Cert: issue(company), Chain: chain(company)}, wantAnchor: root, wantIntermediates: 1},
+			issued: upstream.Issued{Cert: issue(company), Chain: testca.Certs(company)}, wantAnchor: root, wantIntermediates: 1},
 		{name: "no chain at all, issued by the pinned root", pins: []*testca.CA{root},
 			issued: upstream.Issued{Cert: issue(root)}, wantAnchor: root},
 		{name: "pinned company intermediate: the chain is cut there", pins: []*testca.CA{company},
-			issued: upstream.Issued{Cert: issue(company), Chain: chain(company, root)}, wantAnchor: company},
+			issued: upstream.Issued{Cert: issue(company), Chain: testca.Certs(company, root)}, wantAnchor: company},
 		{name: "one of two pins", pins: []*testca.CA{evilMid, root},
-			issued: upstream.Issued{Cert: issue(root), Chain: chain(root)}, wantAnchor: root},
+			issued: upstream.Issued{Cert: issue(root), Chain: testca.Certs(root)}, wantAnchor: root},
 		{name: "a root the editor of status.ca holds is refused", pins: []*testca.CA{root},
-			issued: upstream.Issued{Cert: issue(evil), Chain: chain(evil)}, wantErr: "none of the 1 pinned trust anchors"},
+			issued: upstream.Issued{Cert: issue(evil), Chain: testca.Certs(evil)}, wantErr: "none of the 1 pinned trust anchors"},
 		{name: "an issuer under another root is refused", pins: []*testca.CA{root},
-			issued: upstream.Issued{Cert: issue(evilMid), Chain: chain(evilMid, evil)}, wantErr: "none of the 1 pinned"},
+			issued: upstream.Issued{Cert: issue(evilMid), Chain: testca.Certs(evilMid, evil)}, wantErr: "none of the 1 pinned"},
 		{name: "status.ca naming the pinned root above a foreign issuer is refused", pins: []*testca.CA{root},
-			issued: upstream.Issued{Cert: issue(evilMid), Chain: chain(evilMid, root)}, wantErr: "did not issue"},
+			issued: upstream.Issued{Cert: issue(evilMid), Chain: testca.Certs(evilMid, root)}, wantErr: "did not issue"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := upstream.Check(tt.issued, key, upstream.CheckOptions{TrustDomain: td, Now: now, TrustAnchors: chain(tt.pins...)})
+			m, err := upstream.Check(tt.issued, key, upstream.CheckOptions{TrustDomain: td, Now: now, TrustAnchors: testca.Certs(tt.pins...)})
 			if tt.wantErr != "" {
 				if !errors.Is(err, upstream.ErrUpstream) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("Check = %v, want ErrUpstream containing %q", err, tt.wantErr)
@@ -82,7 +75,7 @@ func TestPinnedTrustAnchor(t *testing.T) {
 	}
 }
 
-// TestUpstreamAnchorChange (issue 37, finding 5): a successor under an
+// TestUpstreamAnchorChange: a successor under an
 // anchor the CA does not trust yet is adopted only when that anchor is
 // pinned or a change is explicitly allowed; otherwise the answer is
 // refused (ErrAnchorChange, counted as a failed attempt) and the current
@@ -90,13 +83,6 @@ func TestPinnedTrustAnchor(t *testing.T) {
 // CA's state.
 func TestUpstreamAnchorChange(t *testing.T) {
 	root, moved := testca.NewRoot(t, testca.P256), testca.NewRoot(t, testca.P256)
-	certs := func(cas ...*testca.CA) []*x509.Certificate {
-		var out []*x509.Certificate
-		for _, c := range cas {
-			out = append(out, c.Cert)
-		}
-		return out
-	}
 	tests := []struct {
 		name    string
 		current []*testca.CA // the anchors of the CA's state
@@ -118,8 +104,8 @@ func TestUpstreamAnchorChange(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			obs := &observed{}
 			minter, err := upstream.New(upstream.Config{Authority: &fakeUpstream{t: t, issuer: tt.issuer}, TrustDomain: td,
-				Lifetime: 24 * time.Hour, Observer: obs, TrustAnchors: certs(tt.pins...), AllowAnchorChange: tt.allow,
-				Current: func() []*x509.Certificate { return certs(tt.current...) }})
+				Lifetime: 24 * time.Hour, Observer: obs, TrustAnchors: testca.Certs(tt.pins...), AllowAnchorChange: tt.allow,
+				Current: func() []*x509.Certificate { return testca.Certs(tt.current...) }})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -164,6 +164,15 @@ func BundlePEM(cas ...*CA) []byte {
 	return b
 }
 
+// Certs returns the certificates of cas, in order.
+func Certs(cas ...*CA) []*x509.Certificate {
+	out := make([]*x509.Certificate, 0, len(cas))
+	for _, c := range cas {
+		out = append(out, c.Cert)
+	}
+	return out
+}
+
 // KeyPEM returns c's private key PEM-encoded as PKCS#8.
 func (c *CA) KeyPEM(t testing.TB) []byte {
 	t.Helper()
