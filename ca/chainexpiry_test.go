@@ -13,7 +13,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-// TestIntermediateOutlivingItsUpstreamChain (issue 37, finding 6): an
+// TestIntermediateOutlivingItsUpstreamChain: an
 // intermediate may outlive the upstream chain above it. Every leaf is
 // clamped to the first expiry of the whole chain (the intermediate, the
 // certificates above it, the root), and once any of them has expired the

@@ -14,8 +14,8 @@ import (
 	"github.com/workload-ca/workload-ca/metrics"
 )
 
-// An answer the CA refused (an anchor that is not pinned, issue 37
-// finding 5) is counted apart from an upstream that failed.
+// An answer the CA refused (an anchor that is not pinned) is counted
+// apart from an upstream that failed.
 func TestUpstreamRequestResults(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	u := metrics.WatchUpstream(reg, time.Now, func() (time.Time, bool) { return time.Time{}, false })

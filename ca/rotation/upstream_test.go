@@ -50,7 +50,7 @@ func TestPlanUpstream(t *testing.T) {
 	}
 }
 
-// TestPlanFromTheUpstreamChainsFirstExpiry (issue 37, finding 6): an
+// TestPlanFromTheUpstreamChainsFirstExpiry: an
 // upstream root that expires before the intermediate ends the
 // intermediate's use, so the rotation prepares and activates the
 // successor relative to the root's expiry, not the intermediate's.

@@ -12,7 +12,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-// TestUpstreamReadyWatchesTheWholeChain (issue 37, finding 6): a replica
+// TestUpstreamReadyWatchesTheWholeChain: a replica
 // is not ready once the upstream root above the intermediate, not only the
 // intermediate, is within ReadyMargin of its expiry, and says which.
 func TestUpstreamReadyWatchesTheWholeChain(t *testing.T) {

@@ -305,9 +305,9 @@ func testSelectRoots(t *testing.T, admin kubernetes.Interface, roots []*x509.Cer
 	}
 }
 
-// testPeerSameRoots is issue 37's finding 4 against the API server: a
-// peer serving our roots is published under a name of its own (which the
-// API server accepts for our signer), and our bundle keeps our labels.
+// testPeerSameRoots, against the API server: a peer serving our roots is
+// published under a name of its own (which the API server accepts for our
+// signer), and our bundle keeps our labels.
 func testPeerSameRoots(t *testing.T, admin, user kubernetes.Interface, rs *testca.Roots) {
 	peer := spiffeid.RequireTrustDomainFromString("east.example")
 	p, err := New(Config{Client: user, PeerTrustDomain: peer, Options: trust.Options{TrustDomain: testTD, Roots: rs.Get, Logger: testlog.New(t)}})

@@ -20,7 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/trust/rootset"
 )
 
-// TestPeerBundleEqualToOursDoesNotFlap is issue 37's finding 4: a peer
+// TestPeerBundleEqualToOursDoesNotFlap: a peer
 // serving our own public bundle got the same content-addressed name as
 // our bundle under our signer, and the two publishers relabelled that one
 // object back and forth (hundreds of updates a second), so pods selecting
@@ -106,11 +106,10 @@ func TestPeerBundleNames(t *testing.T) {
 	}
 }
 
-// TestReconcileBadPeerLeftOut is issue 37's finding 3 for
-// ClusterTrustBundles: a peer serving a certificate that is not a CA is
-// left out with its reason (told once), not retried as an error; its
-// bundle already published stays, and it is published again once its
-// roots pass.
+// TestReconcileBadPeerLeftOut, for ClusterTrustBundles: a peer serving a
+// certificate that is not a CA is left out with its reason (told once),
+// not retried as an error; its bundle already published stays, and it is
+// published again once its roots pass.
 func TestReconcileBadPeerLeftOut(t *testing.T) {
 	roots := testca.RootCerts(t, 2)
 	peer := spiffeid.RequireTrustDomainFromString("east.example")

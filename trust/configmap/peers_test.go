@@ -57,7 +57,7 @@ func constrainedRoot(t *testing.T, domain string) *x509.Certificate {
 	return testca.NewRoot(t, testca.P256, func(c *x509.Certificate) { c.PermittedDNSDomains = []string{domain} }).Cert
 }
 
-// TestReconcileBadPeerKeepsOurRoots is issue 37's finding 3: a peer whose
+// TestReconcileBadPeerKeepsOurRoots: a peer whose
 // bundle holds a certificate that is not a CA, or more than the budget,
 // used to make every reconcile fail, so istio-ca-root-cert stopped
 // following even our own next root. Now that peer is left out (logged
@@ -119,7 +119,7 @@ func TestReconcileBadPeerKeepsOurRoots(t *testing.T) {
 	}
 }
 
-// TestReconcilePeerDNSConstraints is issue 37's finding 7: a federated
+// TestReconcilePeerDNSConstraints: a federated
 // root in istio-ca-root-cert also vouches for DNS names, so a peer could
 // mint istiod.istio-system.svc. A peer's root goes in only when its name
 // constraints keep it off our DNS names; the others are left out with

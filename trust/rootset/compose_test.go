@@ -19,7 +19,7 @@ var (
 	tdB = spiffeid.RequireTrustDomainFromString("b.example")
 )
 
-// TestComposeBadPeerLeavesOursAndOthers is issue 37's finding 3: a peer
+// TestComposeBadPeerLeavesOursAndOthers: a peer
 // serving a non-CA certificate, or roots over the size budget, is left out
 // on its own; our roots and the other peers' still go in. Before, any bad
 // peer root made the whole set fail, and our own next root was never

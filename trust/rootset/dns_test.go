@@ -8,7 +8,7 @@ import (
 	"github.com/workload-ca/workload-ca/internal/testca"
 )
 
-// TestKeepsOffDNS is issue 37's finding 7: a federated root in Istio's
+// TestKeepsOffDNS: a federated root in Istio's
 // root ConfigMap also vouches for DNS names, so it may go there only when
 // its name constraints keep it off ours. A URI constraint alone leaves
 // DNS open.

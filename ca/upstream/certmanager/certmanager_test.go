@@ -48,7 +48,7 @@ func TestParseStatus(t *testing.T) {
 		{"failed", map[string]any{"conditions": []any{cond("Ready", "False", "Failed", "issuer not ready")}}, true, 0, "issuer not ready"},
 		{"invalid", map[string]any{"conditions": []any{cond("InvalidRequest", "True", "", "bad usages")}}, true, 0, "bad usages"},
 		{"garbage certificate", map[string]any{"conditions": approved, "certificate": base64.StdEncoding.EncodeToString([]byte("nope"))}, true, 0, "status.certificate"},
-		// Issue 37, finding 5: a certificate is used only on an approved request.
+		// A certificate is used only on an approved request.
 		{"a certificate without approval is refused", map[string]any{"certificate": b64(ours), "ca": b64(mid)}, true, 0, "not approved"},
 		{"a certificate with Approved=False is refused", map[string]any{"conditions": []any{cond("Approved", "False", "", "")},
 			"certificate": b64(ours), "ca": b64(mid)}, true, 0, "not approved"},

@@ -72,7 +72,7 @@ func TestNewRequires(t *testing.T) {
 	}
 }
 
-// TestVaultTokenAndTransport (issue 37, finding 8): no token file is read
+// TestVaultTokenAndTransport: no token file is read
 // unless the configuration names one (the pod's API-audience token was the
 // default, and went to Vault), and Vault is reached over https only.
 func TestVaultTokenAndTransport(t *testing.T) {
