@@ -112,6 +112,8 @@ func TestChart(t *testing.T) {
 			{"no node agents", "nodeAgents must name at least one", []string{"--set-json", "nodeAgents=[]"}},
 			{"an upstream without one", "exactly one of ca.upstream.vault.address and ca.upstream.certManager.issuerName",
 				[]string{"--set", "ca.upstream.enabled=true"}},
+			{"an upstream pinned and free to change", "ca.upstream.trustAnchors pins the anchor and ca.upstream.allowAnchorChange lets it change",
+				[]string{"--set", "ca.upstream.enabled=true", "--set", "ca.upstream.vault.address=https://v", "--set", "ca.upstream.trustAnchors=x", "--set", "ca.upstream.allowAnchorChange=true"}},
 			{"an upstream in plugin mode", "ca.upstream.enabled needs ca.mode=secret",
 				[]string{"--set", "ca.upstream.enabled=true", "--set", "ca.mode=plugin", "--set", "ca.plugin.secretName=x", "--set", "ca.upstream.vault.address=https://v"}},
 			{"a node agent that is not namespace/serviceaccount", "is not namespace/serviceaccount", []string{"--set-json", `nodeAgents=["ztunnel"]`}},
@@ -314,6 +316,12 @@ func checkUpstreamRender(t *testing.T, objs []*unstructured.Unstructured) {
 	case strings.Contains(config, "certManager:"):
 		if !strings.Contains(config, "name: \"corp-ca\"") || !strings.Contains(config, "kind: \"ClusterIssuer\"") {
 			t.Errorf("upstream.yaml:\n%s", config)
+		}
+		// The ci values pin the anchor: the file upstream.yaml names is
+		// the ConfigMap's anchors.pem, mounted beside it.
+		anchors := configMapData(t, objs, "-upstream", "anchors.pem")
+		if !strings.Contains(config, "trustAnchorFile: /etc/workload-ca/upstream/anchors.pem") || !strings.HasPrefix(anchors, "-----BEGIN CERTIFICATE-----\n") {
+			t.Errorf("upstream.yaml pins no anchor, or anchors.pem is not PEM:\n%s\n%s", config, anchors)
 		}
 		if !strings.Contains(string(role), "certificaterequests") {
 			t.Errorf("the Role does not grant CertificateRequests: %s", role)
