@@ -29,7 +29,9 @@ func TestComposeBadPeerLeavesOursAndOthers(t *testing.T) {
 	ours := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-3*time.Hour), now.Add(time.Hour))).Cert
 	oursNext := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-2*time.Hour), now.Add(time.Hour))).Cert
 	peerA := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(time.Hour))).Cert
-	peerB := testca.NewRoot(t, testca.P256).Cert
+	// Roots are ordered by NotBefore (then DER): each starts in another
+	// second, so the order the tests want is the only one.
+	peerB := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-30*time.Minute), now.Add(time.Hour))).Cert
 	issuer := testca.NewRoot(t, testca.P256)
 	leaf := testca.Sign(t, &x509.Certificate{SerialNumber: big.NewInt(7), NotBefore: now, NotAfter: now.Add(time.Hour),
 		BasicConstraintsValid: true}, issuer.Cert, testca.NewKey(t, testca.P256).Public(), issuer.Key)
