@@ -74,7 +74,8 @@ func New(cfg Config, m *Material) (*Authority, error) {
 // SetMaterial validates m and, if it is usable, makes it the active
 // material atomically. On error the previous material keeps serving.
 func (a *Authority) SetMaterial(m *Material) error {
-	if err := m.Validate(a.cfg.Clock.Now()); err != nil {
+	chains, err := m.validate(a.cfg.Clock.Now())
+	if err != nil {
 		return err
 	}
 	if err := checkTrustDomain(m.Cert, a.cfg.TrustDomain); err != nil {
@@ -84,9 +85,7 @@ func (a *Authority) SetMaterial(m *Material) error {
 	if err != nil {
 		return err
 	}
-	if s.expiring, err = chainExpiring(m, a.cfg.Clock.Now()); err != nil {
-		return err
-	}
+	s.expiring = firstExpiring(chains)
 	if err := a.checkLeafChain(s, m); err != nil {
 		return err
 	}
@@ -158,15 +157,12 @@ func (a *Authority) checkLeafChain(s *state, m *Material) error {
 	return nil
 }
 
-// chainExpiring returns the certificate that expires first in the chain
-// from m.Cert to its root: a leaf verifies only while every certificate
-// of its chain is valid. When m.Cert chains to several roots (a root
-// cross-signed), the chain that lasts longest counts.
-func chainExpiring(m *Material, now time.Time) (*x509.Certificate, error) {
-	chains, err := m.Cert.Verify(verifyOptions(m.Roots, m.Intermediates, now, x509.ExtKeyUsageAny))
-	if err != nil {
-		return nil, invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
-	}
+// firstExpiring returns the certificate that expires first in the chain
+// from the signing certificate to its root (chains, as Validate built
+// them): a leaf verifies only while every certificate of its chain is
+// valid. When it chains to several roots (a root cross-signed), the chain
+// that lasts longest counts.
+func firstExpiring(chains [][]*x509.Certificate) *x509.Certificate {
 	var best *x509.Certificate
 	for _, chain := range chains {
 		first := chain[0]
@@ -179,7 +175,7 @@ func chainExpiring(m *Material, now time.Time) (*x509.Certificate, error) {
 			best = first
 		}
 	}
-	return best, nil
+	return best
 }
 
 // ChainNotAfter returns when the first certificate of the active signing

@@ -15,27 +15,33 @@ import (
 // is within its validity period, and Cert chains through Intermediates to
 // one of Roots. Every error wraps ErrInvalidMaterial.
 func (m *Material) Validate(now time.Time) error {
+	_, err := m.validate(now)
+	return err
+}
+
+// validate is Validate, returning the chains from Cert to Roots.
+func (m *Material) validate(now time.Time) ([][]*x509.Certificate, error) {
 	if err := m.checkComplete(); err != nil {
-		return invalidMaterial("%v", err)
+		return nil, invalidMaterial("%v", err)
 	}
 	if err := checkCA(m.Cert); err != nil {
-		return invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
+		return nil, invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
 	}
 	if m.Cert.KeyUsage&x509.KeyUsageCertSign == 0 {
-		return invalidMaterial("signing certificate %s: key usage lacks certSign", describe(m.Cert))
+		return nil, invalidMaterial("signing certificate %s: key usage lacks certSign", describe(m.Cert))
 	}
 	if !keyutil.Equal(m.Cert.PublicKey, m.Signer.Public()) {
-		return invalidMaterial("signing key does not match the public key of signing certificate %s", describe(m.Cert))
+		return nil, invalidMaterial("signing key does not match the public key of signing certificate %s", describe(m.Cert))
 	}
 	if err := checkValidity(m.Cert, now); err != nil {
-		return invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
+		return nil, invalidMaterial("signing certificate %s: %v", describe(m.Cert), err)
 	}
 	if err := m.checkIntermediates(); err != nil {
-		return err
+		return nil, err
 	}
 	for i, r := range m.Roots {
 		if err := checkCA(r); err != nil {
-			return invalidMaterial("root %d %s: %v", i, describe(r), err)
+			return nil, invalidMaterial("root %d %s: %v", i, describe(r), err)
 		}
 	}
 	return m.verifyChain(now)
@@ -77,13 +83,15 @@ func (m *Material) checkIntermediates() error {
 	return nil
 }
 
-// verifyChain checks that Cert chains to Roots at now. This, done once per
-// material, is what lets the signing path skip chain building for leaves.
-func (m *Material) verifyChain(now time.Time) error {
-	if _, err := m.Cert.Verify(verifyOptions(m.Roots, m.Intermediates, now, x509.ExtKeyUsageAny)); err != nil {
-		return invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
+// verifyChain returns the chains from Cert to Roots at now. This, done
+// once per material, is what lets the signing path skip chain building for
+// leaves.
+func (m *Material) verifyChain(now time.Time) ([][]*x509.Certificate, error) {
+	chains, err := m.Cert.Verify(verifyOptions(m.Roots, m.Intermediates, now, x509.ExtKeyUsageAny))
+	if err != nil {
+		return nil, invalidMaterial("signing certificate %s does not chain to the root bundle: %v", describe(m.Cert), err)
 	}
-	return nil
+	return chains, nil
 }
 
 // verifyOptions verifies to roots, through intermediates, at now, for
