@@ -14,7 +14,6 @@
 package upstream
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/rand"
@@ -34,6 +33,7 @@ import (
 	"go.step.sm/crypto/keyutil"
 
 	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/ca/castate"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 )
 
@@ -284,7 +284,7 @@ func Check(issued Issued, key crypto.Signer, opts CheckOptions) (*ca.Material, e
 	}
 	prev := c
 	for i, x := range issued.Chain {
-		if !issuedBy(x, prev) {
+		if !castate.IssuedBy(x, prev) {
 			return nil, refused("chain certificate %d %s did not issue %s: want the chain in order, issuer first", i, describe(x), describe(prev))
 		}
 		prev = x
@@ -321,18 +321,12 @@ func toAnchor(c *x509.Certificate, chain, pins []*x509.Certificate) ([]*x509.Cer
 		top = chain[len(chain)-1]
 	}
 	for _, p := range pins {
-		if issuedBy(p, top) {
+		if castate.IssuedBy(p, top) {
 			return append(slices.Clone(chain), p), nil
 		}
 	}
 	return nil, refused("the chain above %s ends at %s, which none of the %d pinned trust anchors issued (trustAnchorFile)",
 		describe(c), describe(top), len(pins))
-}
-
-// issuedBy reports whether x issued c: c names x as its issuer and x's key
-// signed it.
-func issuedBy(x, c *x509.Certificate) bool {
-	return bytes.Equal(c.RawIssuer, x.RawSubject) && c.CheckSignatureFrom(x) == nil
 }
 
 // fingerprint is the SHA-256 of c's DER, in hex, as logs name anchors.
