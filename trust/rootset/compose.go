@@ -65,7 +65,7 @@ func (c Composition) Compose(own []*x509.Certificate, peers []Peer) (string, []L
 	set := slices.Clone(own)
 	var out []LeftOut
 	for _, p := range peers {
-		if len(slices.DeleteFunc(slices.Clone(p.Roots), func(r *x509.Certificate) bool { return r == nil })) == 0 {
+		if !slices.ContainsFunc(p.Roots, func(r *x509.Certificate) bool { return r != nil }) {
 			continue
 		}
 		next, reason, err := c.add(set, p.Roots)
