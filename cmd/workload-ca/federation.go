@@ -11,7 +11,6 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/internal/component"
-	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust"
@@ -41,11 +40,7 @@ func (a *app) rootConfigMapPeers() []rootset.Peer {
 // trust domain's name (Istio's default cluster domain is the trust
 // domain) and istiod's names.
 func (a *app) ourDNSDomains() []string {
-	names := a.cfg.IstiodDNSNames
-	if len(names) == 0 {
-		names = istiodcert.DefaultDNSNames(a.cfg.IstiodNamespace)
-	}
-	return append([]string{a.cfg.TrustDomain.Name()}, names...)
+	return append([]string{a.cfg.TrustDomain.Name()}, a.cfg.istiodNames()...)
 }
 
 // leftOutMetric exports the peers a destination leaves out as

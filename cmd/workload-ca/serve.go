@@ -361,6 +361,15 @@ func (c *serveConfig) federatedRootConfigMaps() []spiffeid.TrustDomain {
 	return c.federatedWhere(func(p federation.Peer) bool { return p.IstioRootConfigMap })
 }
 
+// istiodNames are the names istiod's serving certificate is for:
+// --istiod-dns-names, or the default for its namespace.
+func (c *serveConfig) istiodNames() []string {
+	if len(c.IstiodDNSNames) > 0 {
+		return c.IstiodDNSNames
+	}
+	return istiodcert.DefaultDNSNames(c.IstiodNamespace)
+}
+
 func (c *serveConfig) federatedWhere(keep func(federation.Peer) bool) []spiffeid.TrustDomain {
 	var out []spiffeid.TrustDomain
 	if c.Federation != nil {

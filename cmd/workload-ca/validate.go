@@ -14,7 +14,6 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
-	"github.com/workload-ca/workload-ca/istiodcert"
 )
 
 // validateServe is `serve --validate`: the flags have been checked; it
@@ -143,11 +142,7 @@ func leaderTasks(c serveConfig) []string {
 		tasks = append(tasks, t)
 	}
 	if c.IstiodCert {
-		names := c.IstiodDNSNames
-		if len(names) == 0 {
-			names = istiodcert.DefaultDNSNames(c.IstiodNamespace)
-		}
-		tasks = append(tasks, fmt.Sprintf("istiod's serving certificate in Secret %s/%s for %s", c.IstiodNamespace, c.IstiodCertSecret, strings.Join(names, ",")))
+		tasks = append(tasks, fmt.Sprintf("istiod's serving certificate in Secret %s/%s for %s", c.IstiodNamespace, c.IstiodCertSecret, strings.Join(c.istiodNames(), ",")))
 	}
 	if c.PodCertificates {
 		tasks = append(tasks, "PodCertificateRequests of signer "+c.SignerName)
