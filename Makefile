@@ -18,31 +18,44 @@ REVISION    ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
 COMMIT_TIME ?= $(shell git log -1 --format=%cI 2>/dev/null)
 LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commitTime=$(COMMIT_TIME)
 
+# What the tests run but never change (the control plane, istiod, Vault,
+# cert-manager, SPIRE, the linters and the vulnerability database) is built
+# once per version into a cache outside the clone, shared by every clone on
+# the machine and kept by make clean. CACHE_DIR moves it.
+CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/workload-ca
+# modkey names a build of a tool module's binaries: its go.mod and go.sum,
+# and the Go that builds them.
+modkey = $(shell cat $(1)/go.mod $(1)/go.sum | { cat; echo $(GOTOOLCHAIN); } | sha256sum | cut -c1-16)
+# Binaries that are only run, never debugged, nor shipped: no file paths of
+# this machine, no debug information (the compiler writes none either, which
+# is work saved on a cold build).
+RUN_ONLY := -trimpath -gcflags=all=-dwarf=false
+RUN_ONLY_LDFLAGS := -s -w
+
 # The real control plane the e2e suite and the demo run against, built from
 # pinned modules (e2e/tools/go.mod) and cached by version.
 K8S_VERSION  := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' e2e/tools/go.mod)
 ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' e2e/tools/go.mod)
-CP_DIR       := $(CURDIR)/.controlplane/$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+CP_DIR       := $(CACHE_DIR)/controlplane-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
 # istiod (pilot-discovery) for the e2e suite's Istio tests, from the
-# istio.io/istio module e2e/istiotools/go.mod pins, cached by version beside
-# the control plane.
+# istio.io/istio module e2e/istiotools/go.mod pins, cached by version.
 ISTIO_VERSION := $(shell awk '$$1 == "istio.io/istio" {print $$2} $$1 == "require" && $$2 == "istio.io/istio" {print $$3}' e2e/istiotools/go.mod)
-ISTIOD       := $(CURDIR)/.controlplane/istiod-$(ISTIO_VERSION)/pilot-discovery
+ISTIOD       := $(CACHE_DIR)/istiod-$(ISTIO_VERSION)/pilot-discovery
 # Vault, the upstream CA of the e2e suite's upstream tests and of the bench:
 # its server core with the PKI engine and Kubernetes auth
 # (e2e/vaulttools/vaultserver), from the module e2e/vaulttools/go.mod pins,
-# cached by version beside the control plane.
+# cached by version.
 VAULT_VERSION := $(shell awk '$$1 == "github.com/hashicorp/vault" {print $$2}' e2e/vaulttools/go.mod)
-VAULT        := $(CURDIR)/.controlplane/vault-$(VAULT_VERSION)/vault-server
+VAULT        := $(CACHE_DIR)/vault-$(VAULT_VERSION)/vault-server
 # cert-manager's controllers (its approver, Issuer and CA signer), the
 # other upstream CA of those tests, from e2e/certmanagertools, with its CRDs.
 CERT_MANAGER_VERSION := $(shell awk '$$1 == "github.com/cert-manager/cert-manager" {print $$2}' e2e/certmanagertools/go.mod)
-CERT_MANAGER := $(CURDIR)/.controlplane/cert-manager-$(CERT_MANAGER_VERSION)/cm-controller
+CERT_MANAGER := $(CACHE_DIR)/cert-manager-$(CERT_MANAGER_VERSION)/cm-controller
 # SPIRE's server, the federation peer of the e2e suite's SPIRE test, from the
 # module e2e/spiretools/go.mod pins (a tool of that module), cached by
-# version beside the control plane.
+# version.
 SPIRE_VERSION := $(shell awk '$$1 == "github.com/spiffe/spire" {print $$2}' e2e/spiretools/go.mod)
-SPIRE        := $(CURDIR)/.controlplane/spire-$(SPIRE_VERSION)/spire-server
+SPIRE        := $(CACHE_DIR)/spire-$(SPIRE_VERSION)/spire-server
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -56,9 +69,9 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # skipped without a control plane) beside their unit tests: every package
 # whose tests import e2e/controlplane. make e2e runs only those tests there;
 # make unit has run the rest.
-E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work --exclude-dir=.controlplane 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
+E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager spire
+.PHONY: e2e-deps os-packages sqlite-dev tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager spire
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -94,10 +107,36 @@ image: $(BIN)/cyclonedx-gomod ## Build the container image (no Docker needed): b
 		$(if $(PUSH),--push $(if $(filter 1,$(PUSH)),$(IMAGE_REF),$(PUSH)))
 
 # cyclonedx-gomod writes the images' SBOMs (tools/sbom/go.mod pins it).
-$(BIN)/cyclonedx-gomod: tools/sbom/go.mod tools/sbom/go.sum
-	cd tools/sbom && $(GO) build -o $@ github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod
+SBOM_TOOLS_DIR := $(CACHE_DIR)/sbom-tools-$(call modkey,tools/sbom)
+$(BIN)/cyclonedx-gomod: $(SBOM_TOOLS_DIR)/cyclonedx-gomod
+	mkdir -p $(BIN) && ln -sfn $< $@
+$(SBOM_TOOLS_DIR)/cyclonedx-gomod:
+	$(call cache-build,$(SBOM_TOOLS_DIR),cd tools/sbom && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod)
 
-test: lint generate-check chart-lint unit fuzz-smoke e2e ## Everything CI runs.
+# make test runs in two lanes, one per core: the checks (tools, lint,
+# generated code, chart, unit tests, fuzzing) and the end-to-end lane (what
+# the suite runs, then the suite, which starts as soon as its binaries are
+# there, beside the checks). What is built for the cache is built at low
+# priority (cache-build), so the tests running beside it keep their pace.
+# Every stage is timed: the table is printed at the end and written to
+# test-times.txt; the e2e lane's output is shown when it ends
+# (.work/e2e-lane.log).
+CHECK_LANE  := tools lint generate-check chart-lint unit fuzz-smoke
+E2E_LANE    := controlplane istiod vault cert-manager spire $(BIN)/local-kms os-packages e2e
+TEST_TIMES  := $(CURDIR)/test-times.txt
+STAGE       := $(CURDIR)/tools/stage.sh $(WORK)/test-stages.tsv
+CACHED_DEPS := $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd $(ISTIOD) $(VAULT) $(CERT_MANAGER) $(SPIRE) \
+	$(TOOLS_DIR)/golangci-lint $(TOOLS_DIR)/helm $(VULN_TOOLS_DIR)/govulncheck $(VULNDB_DIR)/index/db.json
+test: ## Everything CI runs, in two lanes; prints how long each stage took and writes test-times.txt.
+	mkdir -p $(WORK)
+	$(STAGE) init "$(words $(wildcard $(CACHED_DEPS))) of $(words $(CACHED_DEPS)) cached binaries present in $(CACHE_DIR); Go build cache $$(du -sm $$($(GO) env GOCACHE) 2>/dev/null | cut -f1) MiB, module cache $$(du -sm $$($(GO) env GOMODCACHE) 2>/dev/null | cut -f1) MiB"
+	MAKE='$(MAKE)' setsid $(STAGE) lane e2e $(E2E_LANE) > $(WORK)/e2e-lane.log 2>&1 & e2e=$$!; \
+	trap 'kill -- -$$e2e 2>/dev/null' INT TERM; \
+	checks=0; MAKE='$(MAKE)' $(STAGE) lane checks $(CHECK_LANE) || checks=$$?; \
+	lane=0; wait $$e2e || lane=$$?; \
+	echo "=== e2e lane (.work/e2e-lane.log) ==="; cat $(WORK)/e2e-lane.log; \
+	$(STAGE) report | tee $(TEST_TIMES); \
+	exit $$((checks || lane))
 
 # Without the cloud KMS SDKs (cmd/workload-ca/kms_cloud.go): no unit test
 # opens a cloud key, and they would be compiled once more, with -race.
@@ -106,13 +145,16 @@ unit: ## Unit tests (race detector on), fuzz seed corpora included.
 	cd tools/vuln && $(GO) test -count=1 ./vulngate
 
 # The suite runs the image's binary too; this machine's platform is enough.
-e2e: IMAGE_PLATFORMS = $(HOST_PLATFORM)
-e2e: build image controlplane istiod vault cert-manager spire prometheus-tools hsm-tools $(BIN)/helm $(BIN)/local-kms ## End-to-end tests against a real kube-apiserver and etcd.
+E2E_DEPS := build image controlplane istiod vault cert-manager spire os-packages $(BIN)/helm $(BIN)/local-kms
+E2E_ENV   = WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
+	WORKLOAD_CA_IMAGE_SBOM=$(BIN)/image-sbom/$(subst /,-,$(HOST_PLATFORM)).cdx.json \
+	WORKLOAD_CA_ISTIOD=$(ISTIOD) WORKLOAD_CA_VAULT=$(VAULT) WORKLOAD_CA_CERT_MANAGER=$(CERT_MANAGER) \
+	WORKLOAD_CA_SPIRE_SERVER=$(SPIRE) TMPDIR=$(WORK)
+e2e e2e-deps: IMAGE_PLATFORMS = $(HOST_PLATFORM)
+e2e-deps: $(E2E_DEPS) ## Build (or find cached) everything the e2e suite runs.
+e2e: $(E2E_DEPS) ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
-	export WORKLOAD_CA_CONTROLPLANE_BIN=$(CP_DIR) WORKLOAD_CA_BINARY=$(BIN)/workload-ca WORKLOAD_CA_IMAGE_LAYOUT=$(BIN)/image \
-		WORKLOAD_CA_IMAGE_SBOM=$(BIN)/image-sbom/$(subst /,-,$(HOST_PLATFORM)).cdx.json \
-		WORKLOAD_CA_ISTIOD=$(ISTIOD) WORKLOAD_CA_VAULT=$(VAULT) WORKLOAD_CA_CERT_MANAGER=$(CERT_MANAGER) \
-		WORKLOAD_CA_SPIRE_SERVER=$(SPIRE) TMPDIR=$(WORK); \
+	export $(E2E_ENV); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
@@ -182,15 +224,26 @@ generate-check: tools ## Fail if the committed generated code is stale.
 	cd proto && $(BIN)/buf generate --output $$tmp && \
 	diff -r $$tmp/capb capb || { echo "generated code is stale: run make generate"; exit 1; }
 
-# Tools, built from tools/go.mod (pinned) and rebuilt when it changes.
-GO_TOOLS := $(BIN)/golangci-lint $(BIN)/buf $(BIN)/protoc-gen-go $(BIN)/protoc-gen-go-grpc
-TOOLS    := $(GO_TOOLS) $(BIN)/helm
-tools: $(TOOLS)
-$(GO_TOOLS): tools/go.mod tools/go.sum
-	cd tools && $(GO) build -o $(BIN)/ github.com/golangci/golangci-lint/v2/cmd/golangci-lint \
-		github.com/bufbuild/buf/cmd/buf google.golang.org/protobuf/cmd/protoc-gen-go \
-		google.golang.org/grpc/cmd/protoc-gen-go-grpc
-	touch $(GO_TOOLS)
+# Tools, built from tools/go.mod (pinned) into the cache, under a name that
+# changes with that module (and the Go that builds it); bin/ links to them,
+# where proto/buf.gen.yaml and the e2e suite look.
+TOOLS_DIR  := $(CACHE_DIR)/tools-$(call modkey,tools)
+TOOL_NAMES := golangci-lint buf protoc-gen-go protoc-gen-go-grpc helm
+TOOLS      := $(addprefix $(BIN)/,$(TOOL_NAMES))
+tools: $(TOOLS) ## Build the linters, buf, its plug-ins and Helm (cached).
+$(TOOLS): $(BIN)/%: $(TOOLS_DIR)/%
+	mkdir -p $(BIN) && ln -sfn $< $@
+# cache-build DIR, CMD: runs CMD (which writes into $$tmp, a directory of its
+# own) at low priority, then moves what it wrote into DIR, so that a build cut
+# short, or one that another clone runs at the same time, never leaves half a
+# binary.
+cache-build = renice -n 10 -p $$$$ >/dev/null && mkdir -p $(1) && \
+	tmp=$$(mktemp -d $(patsubst %/,%,$(1)).tmp.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	( $(2) ) && for f in "$$tmp"/*; do rm -rf $(1)/$${f\#\#*/} && mv "$$f" $(1)/; done
+$(addprefix $(TOOLS_DIR)/,golangci-lint buf protoc-gen-go protoc-gen-go-grpc) &:
+	$(call cache-build,$(TOOLS_DIR),cd tools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/ \
+		github.com/golangci/golangci-lint/v2/cmd/golangci-lint github.com/bufbuild/buf/cmd/buf \
+		google.golang.org/protobuf/cmd/protoc-gen-go google.golang.org/grpc/cmd/protoc-gen-go-grpc)
 
 # Helm stamps its version and the Kubernetes version it assumes at link time.
 HELM_VERSION   := $(shell awk '$$1 == "helm.sh/helm/v3" {print $$2}' tools/go.mod)
@@ -198,8 +251,8 @@ HELM_K8S_MINOR := $(word 2,$(subst ., ,$(shell awk '$$1 == "k8s.io/client-go" {p
 HELM_LDFLAGS   := -X helm.sh/helm/v3/internal/version.version=$(HELM_VERSION) \
 	-X helm.sh/helm/v3/pkg/chartutil.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/chartutil.k8sVersionMinor=$(HELM_K8S_MINOR) \
 	-X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMajor=1 -X helm.sh/helm/v3/pkg/lint/rules.k8sVersionMinor=$(HELM_K8S_MINOR)
-$(BIN)/helm: tools/go.mod tools/go.sum
-	cd tools && $(GO) build -ldflags '$(HELM_LDFLAGS)' -o $@ helm.sh/helm/v3/cmd/helm
+$(TOOLS_DIR)/helm:
+	$(call cache-build,$(TOOLS_DIR),cd tools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS) $(HELM_LDFLAGS)' -o "$$tmp"/helm helm.sh/helm/v3/cmd/helm)
 
 CHART := deploy/charts/workload-ca
 chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and each ci/*.yaml.
@@ -216,69 +269,75 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 # vulnerable function the code calls, in a module go.mod can upgrade or in
 # the standard library (fixed by raising GOTOOLCHAIN above).
 VULNDB_VERSION := $(shell awk '$$1 == "golang.org/x/vulndb" {print $$2}' tools/vuln/go.mod)
-VULNDB_DIR     := $(CURDIR)/.vulndb/$(VULNDB_VERSION)
-$(BIN)/govulncheck $(BIN)/indexdb: tools/vuln/go.mod tools/vuln/go.sum
-	cd tools/vuln && $(GO) build -o $(BIN)/ golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb
-	touch $(BIN)/govulncheck $(BIN)/indexdb
-$(VULNDB_DIR)/index/db.json: $(BIN)/indexdb
-	rm -rf $(VULNDB_DIR).tmp
-	$(BIN)/indexdb -vulns "$$(cd tools/vuln && $(GO) mod download -json golang.org/x/vulndb | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/data/osv" -out $(VULNDB_DIR).tmp
-	rm -rf $(VULNDB_DIR) && mv $(VULNDB_DIR).tmp $(VULNDB_DIR)
+VULNDB_DIR     := $(CACHE_DIR)/vulndb-$(VULNDB_VERSION)
+VULN_TOOLS_DIR := $(CACHE_DIR)/vuln-tools-$(call modkey,tools/vuln)
+$(BIN)/govulncheck $(BIN)/indexdb: $(BIN)/%: $(VULN_TOOLS_DIR)/%
+	mkdir -p $(BIN) && ln -sfn $< $@
+$(VULN_TOOLS_DIR)/govulncheck $(VULN_TOOLS_DIR)/indexdb &:
+	$(call cache-build,$(VULN_TOOLS_DIR),cd tools/vuln && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/ \
+		golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb)
+$(VULNDB_DIR)/index/db.json: | $(VULN_TOOLS_DIR)/indexdb
+	$(call cache-build,$(VULNDB_DIR),$(VULN_TOOLS_DIR)/indexdb -out "$$tmp" \
+		-vulns "$$(cd tools/vuln && $(GO) mod download -json golang.org/x/vulndb | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",$$/\1/p')/data/osv")
 vuln: $(BIN)/govulncheck $(VULNDB_DIR)/index/db.json ## Known vulnerabilities the code calls (offline database).
 	$(BIN)/govulncheck -db file://$(VULNDB_DIR) -format json ./... | (cd tools/vuln && $(GO) run ./vulngate)
 
 prometheus-tools: ## Install promtool and prometheus (Debian package) when missing.
-	command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus; }
+	command -v promtool >/dev/null && command -v prometheus >/dev/null || $(call apt-install,prometheus)
 
 # SoftHSM2 is the HSM the e2e suite signs with through PKCS#11
 # (--ca-key-uri pkcs11:...): Debian's softhsm2 package, installed when
 # missing.
 hsm-tools: ## Install SoftHSM2 (Debian package) when missing.
-	command -v softhsm2-util >/dev/null || { \
-		apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends softhsm2; }
+	command -v softhsm2-util >/dev/null || $(call apt-install,softhsm2)
+
+# libsqlite3-dev: SPIRE's server links Debian's SQLite (see spire).
+sqlite-dev:
+	dpkg -s libsqlite3-dev >/dev/null 2>&1 || $(call apt-install,libsqlite3-dev)
+
+# The Debian packages the e2e suite needs, in one apt-get when several are
+# missing (a fresh machine).
+os-packages: ## Install what the e2e suite needs from Debian when missing: prometheus, softhsm2, libsqlite3-dev.
+	missing=$$( { command -v promtool >/dev/null && command -v prometheus >/dev/null || echo prometheus; \
+		command -v softhsm2-util >/dev/null || echo softhsm2; \
+		dpkg -s libsqlite3-dev >/dev/null 2>&1 || echo libsqlite3-dev; } | xargs); \
+	[[ -z $$missing ]] || $(call apt-install,$$missing)
+apt-install = { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(1); }
 
 controlplane: $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd ## Build kube-apiserver and etcd (cached by version).
 $(CP_DIR)/kube-apiserver:
-	mkdir -p $(CP_DIR)
-	cd e2e/tools && $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@.tmp k8s.io/kubernetes/cmd/kube-apiserver
-	mv $@.tmp $@
+	$(call cache-build,$(CP_DIR),cd e2e/tools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS) $(K8S_LDFLAGS)' -o "$$tmp"/kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver)
 $(CP_DIR)/etcd:
-	mkdir -p $(CP_DIR)
-	cd e2e/tools && $(GO) build -o $@.tmp go.etcd.io/etcd/server/v3
-	mv $@.tmp $@
+	$(call cache-build,$(CP_DIR),cd e2e/tools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/etcd go.etcd.io/etcd/server/v3)
 
 istiod: $(ISTIOD) ## Build istiod's pilot-discovery for the e2e suite (cached by version).
 $(ISTIOD):
-	mkdir -p $(dir $@)
-	cd e2e/istiotools && $(GO) build -o $@.tmp istio.io/istio/pilot/cmd/pilot-discovery
-	mv $@.tmp $@
+	$(call cache-build,$(dir $@),cd e2e/istiotools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/pilot-discovery istio.io/istio/pilot/cmd/pilot-discovery)
 
 vault: $(VAULT) ## Build Vault for the e2e suite's upstream CA tests (cached by version).
 $(VAULT):
-	mkdir -p $(dir $@)
-	cd e2e/vaulttools && $(GO) build -o $@.tmp ./vaultserver
-	mv $@.tmp $@
+	$(call cache-build,$(dir $@),cd e2e/vaulttools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/vault-server ./vaultserver)
 
 cert-manager: $(CERT_MANAGER) ## Build cert-manager's controllers and copy its CRDs for the e2e suite (cached by version).
 $(CERT_MANAGER):
-	mkdir -p $(dir $@)crds
-	cd e2e/certmanagertools && $(GO) build -o $@.tmp . && \
-		cp $$($(GO) list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds/cert-manager.io_*.yaml $(dir $@)crds/
-	chmod u+w $(dir $@)crds/*.yaml
-	mv $@.tmp $@
+	$(call cache-build,$(dir $@),cd e2e/certmanagertools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/cm-controller . && \
+		mkdir "$$tmp"/crds && cp $$($(GO) list -m -f '{{.Dir}}' github.com/cert-manager/cert-manager)/deploy/crds/cert-manager.io_*.yaml "$$tmp"/crds/ && \
+		chmod u+w "$$tmp"/crds/*.yaml)
 
-# It is only run, never debugged: stripped. Its SQLite datastore needs cgo.
+# Its SQLite datastore needs cgo; it links Debian's libsqlite3 (installed
+# when missing) rather than compiling SQLite's 250,000 lines of C again.
 spire: $(SPIRE) ## Build SPIRE's server for the e2e suite's federation test (cached by version).
-$(SPIRE):
-	mkdir -p $(dir $@)
-	cd e2e/spiretools && CGO_ENABLED=1 $(GO) build -trimpath -ldflags '-s -w' -o $@.tmp github.com/spiffe/spire/cmd/spire-server
-	mv $@.tmp $@
+$(SPIRE): | sqlite-dev
+	$(call cache-build,$(dir $@),cd e2e/spiretools && CGO_ENABLED=1 $(GO) build $(RUN_ONLY) -tags libsqlite3 -ldflags '$(RUN_ONLY_LDFLAGS)' \
+		-o "$$tmp"/spire-server github.com/spiffe/spire/cmd/spire-server)
 
 # local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs
 # (e2e/kmstools/go.mod pins it, in a module of its own).
-$(BIN)/local-kms: e2e/kmstools/go.mod e2e/kmstools/go.sum
-	cd e2e/kmstools && $(GO) build -o $@ github.com/nsmithuk/local-kms
+KMS_TOOLS_DIR := $(CACHE_DIR)/kms-tools-$(call modkey,e2e/kmstools)
+$(BIN)/local-kms: $(KMS_TOOLS_DIR)/local-kms
+	mkdir -p $(BIN) && ln -sfn $< $@
+$(KMS_TOOLS_DIR)/local-kms:
+	$(call cache-build,$(KMS_TOOLS_DIR),cd e2e/kmstools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/local-kms github.com/nsmithuk/local-kms)
 
-clean: ## Remove build outputs (keeps the cached control plane).
+clean: ## Remove build outputs (keeps what is cached in CACHE_DIR).
 	rm -rf $(BIN) $(WORK)
