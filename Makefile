@@ -71,7 +71,7 @@ UNIT_PKGS = $$($(GO) list ./... | grep -v '/e2e')
 # make unit has run the rest.
 E2E_PKGS  = $$(grep -rl --include='*_test.go' --exclude-dir=.work 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
 
-.PHONY: e2e-deps os-packages sqlite-dev tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager spire
+.PHONY: check e2e-deps os-packages sqlite-dev tidy-check config-reference config-reference-check vuln fuzz-smoke build test unit e2e lint generate generate-check tools controlplane demo fuzz bench bench-scale clean prometheus-tools hsm-tools chart-lint image istiod vault cert-manager spire
 
 # Built with go vet's flags, so that after make lint it only links. The
 # image's binaries are the release ones: -trimpath, static.
@@ -156,6 +156,16 @@ e2e: $(E2E_DEPS) ## End-to-end tests against a real kube-apiserver and etcd.
 	mkdir -p $(WORK)
 	export $(E2E_ENV); \
 		$(GO) test -count=1 -timeout 20m ./e2e/... && $(GO) test -count=1 -timeout 10m -run '^TestE2E' $(E2E_PKGS)
+
+# The inner loop (docs/testing.md): lint (vet and golangci-lint over the
+# packages changed since CHECK_BASE, buf, tidy, the vulnerability check, the
+# chart and the configuration reference only when what they check changed),
+# then the unit tests of the changed packages, then their tests against the
+# real apiserver (TestE2E*), and the e2e suite's tests in changed e2e files.
+CHECK_BASE ?= main
+check: tools controlplane build ## Lint and test what changed since CHECK_BASE (default main), with its e2e tests.
+	mkdir -p $(WORK)
+	export $(E2E_ENV) MAKE='$(MAKE)' GO='$(GO)' BIN='$(BIN)'; tools/check.sh $(CHECK_BASE)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
 	mkdir -p $(WORK)

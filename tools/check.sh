@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# make check: the inner loop. Lints and tests what changed since BASE (a
+# branch or commit; the merge base with it is used), committed or not:
+#
+#   - go vet over the module (cached, so only what changed and what imports
+#     it is vetted again), golangci-lint over the changed packages, and buf,
+#     the tidy check, govulncheck, the chart and the configuration reference
+#     only when what they check changed;
+#   - the unit tests of the changed packages (race detector on);
+#   - their tests against the real apiserver (TestE2E*), the e2e suite's
+#     tests defined in changed e2e/*_test.go files, the tests of changed
+#     packages under e2e/, and the whole e2e package when a file of it that
+#     defines no test (a helper) changed.
+#
+# make test runs everything; make check is what a change most likely broke.
+# The Makefile exports the e2e suite's environment and GO, MAKE and BIN.
+set -euo pipefail
+
+base=${1:-main}
+GO=${GO:-go} MAKE=${MAKE:-make} BIN=${BIN:-bin}
+started=$(date +%s)
+
+since=$(git merge-base HEAD "$base") || {
+	echo "make check: no merge base with $base; set CHECK_BASE to a branch or commit" >&2
+	exit 2
+}
+mapfile -t changed < <({ git diff --name-only "$since"; git ls-files --others --exclude-standard; } | sort -u)
+if ((${#changed[@]} == 0)); then
+	echo "make check: nothing changed since $base ($since)"
+	exit 0
+fi
+
+# Directories of the other modules (tools and e2e dependencies): their files
+# are not the product's packages.
+mapfile -t modules < <(git ls-files '*go.mod' | xargs -n1 dirname | grep -vx '.')
+in_other_module() {
+	local m
+	for m in "${modules[@]}"; do [[ $1 == "$m"/* ]] && return 0; done
+	return 1
+}
+
+declare -A dirs=()
+e2e_tests=() e2e_whole=false
+lint_proto=false lint_chart=false lint_mod=false lint_vuln=false lint_config=false
+for f in "${changed[@]}"; do
+	case $f in
+	proto/*) lint_proto=true ;;
+	deploy/charts/*) lint_chart=true ;;
+	go.mod | go.sum) lint_mod=true lint_vuln=true ;;
+	*/go.mod | */go.sum) lint_mod=true ;;
+	esac
+	[[ $f == cmd/workload-ca/* ]] && lint_config=true
+	[[ $f == *.go && -f $f ]] || continue
+	in_other_module "$f" && continue
+	dir=$(dirname "$f")
+	if [[ $dir == e2e ]]; then
+		mapfile -t tests < <(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T) {$/\1/p' "$f")
+		if ((${#tests[@]} == 0)); then e2e_whole=true; else e2e_tests+=("${tests[@]}"); fi
+		continue
+	fi
+	dirs[./$dir]=1
+done
+
+pkgs=() e2e_pkgs=() e2e_dirs=()
+for d in "${!dirs[@]}"; do
+	if [[ $d == ./e2e/* ]]; then
+		e2e_dirs+=("$d")
+		continue
+	fi
+	pkgs+=("$d")
+	# Its tests against the real apiserver: a test file that imports the
+	# control plane harness.
+	if grep -lq 'e2e/controlplane"' "$d"/*_test.go 2>/dev/null; then e2e_pkgs+=("$d"); fi
+done
+
+step() { echo "== make check: $*"; }
+
+step "lint"
+$GO vet ./...
+if ((${#pkgs[@]} + ${#e2e_dirs[@]} > 0)) || $e2e_whole || ((${#e2e_tests[@]} > 0)); then
+	lint_dirs=("${pkgs[@]}" "${e2e_dirs[@]}")
+	if $e2e_whole || ((${#e2e_tests[@]} > 0)); then lint_dirs+=(./e2e); fi
+	"$BIN"/golangci-lint run "${lint_dirs[@]}"
+fi
+if $lint_proto; then
+	(cd proto && "$BIN"/buf lint)
+	$MAKE --no-print-directory generate-check
+fi
+if $lint_chart; then $MAKE --no-print-directory chart-lint; fi
+if $lint_mod; then $MAKE --no-print-directory tidy-check; fi
+if $lint_vuln; then $MAKE --no-print-directory vuln; fi
+if $lint_config; then $MAKE --no-print-directory config-reference-check; fi
+
+if ((${#pkgs[@]} > 0)); then
+	step "unit tests: ${pkgs[*]}"
+	$GO test -race -tags nocloudkms "${pkgs[@]}"
+fi
+
+if ((${#e2e_pkgs[@]} > 0)); then
+	step "tests against the real apiserver: ${e2e_pkgs[*]}"
+	$GO test -count=1 -timeout 10m -run '^TestE2E' "${e2e_pkgs[@]}"
+fi
+if ((${#e2e_dirs[@]} > 0)); then
+	step "packages under e2e/: ${e2e_dirs[*]}"
+	$GO test -count=1 -timeout 20m "${e2e_dirs[@]}"
+fi
+if $e2e_whole || ((${#e2e_tests[@]} > 0)); then
+	$MAKE --no-print-directory e2e-deps
+	if $e2e_whole; then
+		step "the e2e suite (a helper of it changed)"
+		$GO test -count=1 -timeout 20m ./e2e/
+	else
+		run=$(IFS='|'; echo "${e2e_tests[*]}")
+		step "e2e tests in changed files: ${e2e_tests[*]}"
+		$GO test -count=1 -timeout 20m -run "^($run)\$" ./e2e/
+	fi
+fi
+
+echo "make check: passed in $(($(date +%s) - started)) s (changes since $base, $since)"
