@@ -20,12 +20,30 @@ LDFLAGS := -X main.version=$(VERSION) -X main.revision=$(REVISION) -X main.commi
 
 # What the tests run but never change (the control plane, istiod, Vault,
 # cert-manager, SPIRE, the linters and the vulnerability database) is built
-# once per version into a cache outside the clone, shared by every clone on
-# the machine and kept by make clean. CACHE_DIR moves it.
+# once per version (and srckey or modkey below) into a cache outside the
+# clone, shared by every clone on the machine and kept by make clean.
+# CACHE_DIR moves it.
 CACHE_DIR ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/workload-ca
 # modkey names a build of a tool module's binaries: its go.mod and go.sum,
-# and the Go that builds them.
+# and the Go that builds them. srckey names a build of an e2e dependency:
+# every Go file, go.mod and go.sum of its module (some hold code of ours).
 modkey = $(shell cat $(1)/go.mod $(1)/go.sum | { cat; echo $(GOTOOLCHAIN); } | sha256sum | cut -c1-16)
+srckey = $(shell cd $(1) && find . -type f \( -name '*.go' -o -name go.mod -o -name go.sum \) -print0 | sort -z | xargs -0 cat | sha256sum | cut -c1-12)
+# cache-build DIR, CMD: runs CMD (which writes into $$tmp, a directory of its
+# own) at low priority, then moves what it wrote into DIR. It holds DIR's
+# lock while it builds and builds nothing if the target appeared meanwhile
+# (another lane or clone built it), so a build cut short, or two at once,
+# never leave half a binary or build one twice.
+cache-build = renice -n 10 -p $$$$ >/dev/null && mkdir -p $(1) && exec 9>$(patsubst %/,%,$(1)).lock && flock 9 && \
+	if [[ ! -e $@ ]]; then \
+	tmp=$$(mktemp -d $(patsubst %/,%,$(1)).tmp.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
+	( $(2) ) && shopt -s nullglob && for f in "$$tmp"/*; do \
+		if [[ -d $$f ]]; then rm -rf "$(1)/$${f\#\#*/}"; fi; mv -f "$$f" $(1)/; done; fi
+# link-tool: bin/NAME links to the cached tool this tree's key names (FORCE:
+# checked every time, as the target's time is that of whatever it links to).
+link-tool = mkdir -p $(BIN) && { [[ "$$(readlink $@)" == $< ]] || ln -sfn $< $@; }
+.PHONY: FORCE
+FORCE:
 # Binaries that are only run, never debugged, nor shipped: no file paths of
 # this machine, no debug information (the compiler writes none either, which
 # is work saved on a cold build).
@@ -36,26 +54,26 @@ RUN_ONLY_LDFLAGS := -s -w
 # pinned modules (e2e/tools/go.mod) and cached by version.
 K8S_VERSION  := $(shell awk '$$1 == "k8s.io/kubernetes" {print $$2}' e2e/tools/go.mod)
 ETCD_VERSION := $(shell awk '$$1 == "go.etcd.io/etcd/server/v3" {print $$2}' e2e/tools/go.mod)
-CP_DIR       := $(CACHE_DIR)/controlplane-$(K8S_VERSION)-etcd-$(ETCD_VERSION)
+CP_DIR       := $(CACHE_DIR)/controlplane-$(K8S_VERSION)-etcd-$(ETCD_VERSION)-$(call srckey,e2e/tools)
 # istiod (pilot-discovery) for the e2e suite's Istio tests, from the
 # istio.io/istio module e2e/istiotools/go.mod pins, cached by version.
 ISTIO_VERSION := $(shell awk '$$1 == "istio.io/istio" {print $$2} $$1 == "require" && $$2 == "istio.io/istio" {print $$3}' e2e/istiotools/go.mod)
-ISTIOD       := $(CACHE_DIR)/istiod-$(ISTIO_VERSION)/pilot-discovery
+ISTIOD       := $(CACHE_DIR)/istiod-$(ISTIO_VERSION)-$(call srckey,e2e/istiotools)/pilot-discovery
 # Vault, the upstream CA of the e2e suite's upstream tests and of the bench:
 # its server core with the PKI engine and Kubernetes auth
 # (e2e/vaulttools/vaultserver), from the module e2e/vaulttools/go.mod pins,
 # cached by version.
 VAULT_VERSION := $(shell awk '$$1 == "github.com/hashicorp/vault" {print $$2}' e2e/vaulttools/go.mod)
-VAULT        := $(CACHE_DIR)/vault-$(VAULT_VERSION)/vault-server
+VAULT        := $(CACHE_DIR)/vault-$(VAULT_VERSION)-$(call srckey,e2e/vaulttools)/vault-server
 # cert-manager's controllers (its approver, Issuer and CA signer), the
 # other upstream CA of those tests, from e2e/certmanagertools, with its CRDs.
 CERT_MANAGER_VERSION := $(shell awk '$$1 == "github.com/cert-manager/cert-manager" {print $$2}' e2e/certmanagertools/go.mod)
-CERT_MANAGER := $(CACHE_DIR)/cert-manager-$(CERT_MANAGER_VERSION)/cm-controller
+CERT_MANAGER := $(CACHE_DIR)/cert-manager-$(CERT_MANAGER_VERSION)-$(call srckey,e2e/certmanagertools)/cm-controller
 # SPIRE's server, the federation peer of the e2e suite's SPIRE test, from the
 # module e2e/spiretools/go.mod pins (a tool of that module), cached by
 # version.
 SPIRE_VERSION := $(shell awk '$$1 == "github.com/spiffe/spire" {print $$2}' e2e/spiretools/go.mod)
-SPIRE        := $(CACHE_DIR)/spire-$(SPIRE_VERSION)/spire-server
+SPIRE        := $(CACHE_DIR)/spire-$(SPIRE_VERSION)-$(call srckey,e2e/spiretools)/spire-server
 K8S_LDFLAGS  := -X k8s.io/component-base/version.gitVersion=$(K8S_VERSION) \
 	-X k8s.io/component-base/version.gitMajor=$(word 1,$(subst ., ,$(K8S_VERSION:v%=%))) \
 	-X k8s.io/component-base/version.gitMinor=$(word 2,$(subst ., ,$(K8S_VERSION:v%=%))) \
@@ -108,8 +126,8 @@ image: $(BIN)/cyclonedx-gomod ## Build the container image (no Docker needed): b
 
 # cyclonedx-gomod writes the images' SBOMs (tools/sbom/go.mod pins it).
 SBOM_TOOLS_DIR := $(CACHE_DIR)/sbom-tools-$(call modkey,tools/sbom)
-$(BIN)/cyclonedx-gomod: $(SBOM_TOOLS_DIR)/cyclonedx-gomod
-	mkdir -p $(BIN) && ln -sfn $< $@
+$(BIN)/cyclonedx-gomod: $(SBOM_TOOLS_DIR)/cyclonedx-gomod FORCE
+	$(link-tool)
 $(SBOM_TOOLS_DIR)/cyclonedx-gomod:
 	$(call cache-build,$(SBOM_TOOLS_DIR),cd tools/sbom && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/cyclonedx-gomod github.com/CycloneDX/cyclonedx-gomod/cmd/cyclonedx-gomod)
 
@@ -122,21 +140,24 @@ $(SBOM_TOOLS_DIR)/cyclonedx-gomod:
 # test-times.txt; the e2e lane's output is shown when it ends
 # (.work/e2e-lane.log).
 CHECK_LANE  := tools lint generate-check chart-lint unit fuzz-smoke
-E2E_LANE    := controlplane istiod vault cert-manager spire $(BIN)/local-kms os-packages e2e
+E2E_LANE    := os-packages controlplane istiod vault cert-manager spire $(BIN)/local-kms e2e
 TEST_TIMES  := $(CURDIR)/test-times.txt
+# Not $(MAKE) by name: make runs a recipe line that names it even under -n.
+SUBMAKE      = $(MAKE)
 STAGE       := $(CURDIR)/tools/stage.sh $(WORK)/test-stages.tsv
-CACHED_DEPS := $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd $(ISTIOD) $(VAULT) $(CERT_MANAGER) $(SPIRE) \
+CACHED_DEPS  = $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd $(ISTIOD) $(VAULT) $(CERT_MANAGER) $(SPIRE) \
 	$(TOOLS_DIR)/golangci-lint $(TOOLS_DIR)/helm $(VULN_TOOLS_DIR)/govulncheck $(VULNDB_DIR)/index/db.json
 test: ## Everything CI runs, in two lanes; prints how long each stage took and writes test-times.txt.
 	mkdir -p $(WORK)
 	$(STAGE) init "$(words $(wildcard $(CACHED_DEPS))) of $(words $(CACHED_DEPS)) cached binaries present in $(CACHE_DIR); Go build cache $$(du -sm $$($(GO) env GOCACHE) 2>/dev/null | cut -f1) MiB, module cache $$(du -sm $$($(GO) env GOMODCACHE) 2>/dev/null | cut -f1) MiB"
-	MAKE='$(MAKE)' setsid $(STAGE) lane e2e $(E2E_LANE) > $(WORK)/e2e-lane.log 2>&1 & e2e=$$!; \
-	trap 'kill -- -$$e2e 2>/dev/null' INT TERM; \
-	checks=0; MAKE='$(MAKE)' $(STAGE) lane checks $(CHECK_LANE) || checks=$$?; \
+	MAKE='$(SUBMAKE)' setsid $(STAGE) lane e2e $(E2E_LANE) > $(WORK)/e2e-lane.log 2>&1 & e2e=$$!; \
+	MAKE='$(SUBMAKE)' setsid $(STAGE) lane checks $(CHECK_LANE) & checks=$$!; \
+	trap 'kill -- -$$e2e -$$checks 2>/dev/null || true; exit 130' INT TERM HUP; \
+	c=0; wait $$checks || c=$$?; \
 	lane=0; wait $$e2e || lane=$$?; \
 	echo "=== e2e lane (.work/e2e-lane.log) ==="; cat $(WORK)/e2e-lane.log; \
 	$(STAGE) report | tee $(TEST_TIMES); \
-	exit $$((checks || lane))
+	exit $$((c || lane))
 
 # Without the cloud KMS SDKs (cmd/workload-ca/kms_cloud.go): no unit test
 # opens a cloud key, and they would be compiled once more, with -race.
@@ -165,7 +186,7 @@ e2e: $(E2E_DEPS) ## End-to-end tests against a real kube-apiserver and etcd.
 CHECK_BASE ?= main
 check: tools controlplane build ## Lint and test what changed since CHECK_BASE (default main), with its e2e tests.
 	mkdir -p $(WORK)
-	export $(E2E_ENV) MAKE='$(MAKE)' GO='$(GO)' BIN='$(BIN)'; tools/check.sh $(CHECK_BASE)
+	export $(E2E_ENV) MAKE='$(SUBMAKE)' GO='$(GO)' BIN='$(BIN)'; tools/check.sh $(CHECK_BASE)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
 	mkdir -p $(WORK)
@@ -241,15 +262,8 @@ TOOLS_DIR  := $(CACHE_DIR)/tools-$(call modkey,tools)
 TOOL_NAMES := golangci-lint buf protoc-gen-go protoc-gen-go-grpc helm
 TOOLS      := $(addprefix $(BIN)/,$(TOOL_NAMES))
 tools: $(TOOLS) ## Build the linters, buf, its plug-ins and Helm (cached).
-$(TOOLS): $(BIN)/%: $(TOOLS_DIR)/%
-	mkdir -p $(BIN) && ln -sfn $< $@
-# cache-build DIR, CMD: runs CMD (which writes into $$tmp, a directory of its
-# own) at low priority, then moves what it wrote into DIR, so that a build cut
-# short, or one that another clone runs at the same time, never leaves half a
-# binary.
-cache-build = renice -n 10 -p $$$$ >/dev/null && mkdir -p $(1) && \
-	tmp=$$(mktemp -d $(patsubst %/,%,$(1)).tmp.XXXXXX) && trap 'rm -rf "$$tmp"' EXIT && \
-	( $(2) ) && for f in "$$tmp"/*; do rm -rf $(1)/$${f\#\#*/} && mv "$$f" $(1)/; done
+$(TOOLS): $(BIN)/%: $(TOOLS_DIR)/% FORCE
+	$(link-tool)
 $(addprefix $(TOOLS_DIR)/,golangci-lint buf protoc-gen-go protoc-gen-go-grpc) &:
 	$(call cache-build,$(TOOLS_DIR),cd tools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/ \
 		github.com/golangci/golangci-lint/v2/cmd/golangci-lint github.com/bufbuild/buf/cmd/buf \
@@ -281,8 +295,8 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 VULNDB_VERSION := $(shell awk '$$1 == "golang.org/x/vulndb" {print $$2}' tools/vuln/go.mod)
 VULNDB_DIR     := $(CACHE_DIR)/vulndb-$(VULNDB_VERSION)
 VULN_TOOLS_DIR := $(CACHE_DIR)/vuln-tools-$(call modkey,tools/vuln)
-$(BIN)/govulncheck $(BIN)/indexdb: $(BIN)/%: $(VULN_TOOLS_DIR)/%
-	mkdir -p $(BIN) && ln -sfn $< $@
+$(BIN)/govulncheck $(BIN)/indexdb: $(BIN)/%: $(VULN_TOOLS_DIR)/% FORCE
+	$(link-tool)
 $(VULN_TOOLS_DIR)/govulncheck $(VULN_TOOLS_DIR)/indexdb &:
 	$(call cache-build,$(VULN_TOOLS_DIR),cd tools/vuln && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/ \
 		golang.org/x/vuln/cmd/govulncheck golang.org/x/vulndb/cmd/indexdb)
@@ -344,10 +358,10 @@ $(SPIRE): | sqlite-dev
 # local-kms emulates the AWS KMS API for the e2e suite's awskms: key URIs
 # (e2e/kmstools/go.mod pins it, in a module of its own).
 KMS_TOOLS_DIR := $(CACHE_DIR)/kms-tools-$(call modkey,e2e/kmstools)
-$(BIN)/local-kms: $(KMS_TOOLS_DIR)/local-kms
-	mkdir -p $(BIN) && ln -sfn $< $@
+$(BIN)/local-kms: $(KMS_TOOLS_DIR)/local-kms FORCE
+	$(link-tool)
 $(KMS_TOOLS_DIR)/local-kms:
 	$(call cache-build,$(KMS_TOOLS_DIR),cd e2e/kmstools && $(GO) build $(RUN_ONLY) -ldflags '$(RUN_ONLY_LDFLAGS)' -o "$$tmp"/local-kms github.com/nsmithuk/local-kms)
 
 clean: ## Remove build outputs (keeps what is cached in CACHE_DIR).
-	rm -rf $(BIN) $(WORK)
+	rm -rf $(BIN) $(WORK) .controlplane .vulndb

@@ -6,11 +6,13 @@
 #     it is vetted again), golangci-lint over the changed packages, and buf,
 #     the tidy check, govulncheck, the chart and the configuration reference
 #     only when what they check changed;
-#   - the unit tests of the changed packages (race detector on);
+#   - the unit tests of the changed packages (race detector on; all of them
+#     when go.mod changed);
 #   - their tests against the real apiserver (TestE2E*), the e2e suite's
 #     tests defined in changed e2e/*_test.go files, the tests of changed
-#     packages under e2e/, and the whole e2e package when a file of it that
-#     defines no test (a helper) changed.
+#     packages under e2e/, and all of the suite (and every package's
+#     TestE2E*) when a helper file of the e2e package or a harness
+#     (e2e/controlplane, e2e/internal, e2e/cahost) changed.
 #
 # make test runs everything; make check is what a change most likely broke.
 # The Makefile exports the e2e suite's environment and GO, MAKE and BIN.
@@ -24,7 +26,8 @@ since=$(git merge-base HEAD "$base") || {
 	echo "make check: no merge base with $base; set CHECK_BASE to a branch or commit" >&2
 	exit 2
 }
-mapfile -t changed < <({ git diff --name-only "$since"; git ls-files --others --exclude-standard; } | sort -u)
+# Both sides of a rename; a deleted file's package, if it is still there.
+mapfile -t changed < <({ git diff --name-only --no-renames "$since"; git ls-files --others --exclude-standard; } | sort -u)
 if ((${#changed[@]} == 0)); then
 	echo "make check: nothing changed since $base ($since)"
 	exit 0
@@ -40,19 +43,22 @@ in_other_module() {
 }
 
 declare -A dirs=()
-e2e_tests=() e2e_whole=false
+e2e_tests=() e2e_whole=false all_units=false vulngate=false
 lint_proto=false lint_chart=false lint_mod=false lint_vuln=false lint_config=false
 for f in "${changed[@]}"; do
 	case $f in
 	proto/*) lint_proto=true ;;
 	deploy/charts/*) lint_chart=true ;;
-	go.mod | go.sum) lint_mod=true lint_vuln=true ;;
+	go.mod | go.sum) lint_mod=true lint_vuln=true all_units=true ;;
+	tools/vuln/*.go) vulngate=true ;;
 	*/go.mod | */go.sum) lint_mod=true ;;
 	esac
 	[[ $f == cmd/workload-ca/* ]] && lint_config=true
-	[[ $f == *.go && -f $f ]] || continue
+	[[ $f == *.go && -d $(dirname "$f") ]] || continue
 	in_other_module "$f" && continue
 	dir=$(dirname "$f")
+	# The suite's harnesses: every test against the real apiserver uses them.
+	case $dir in e2e/controlplane* | e2e/internal/* | e2e/cahost*) e2e_whole=true ;; esac
 	if [[ $dir == e2e ]]; then
 		mapfile -t tests < <(sed -n 's/^func \(Test[A-Za-z0-9_]*\)(t \*testing\.T) {$/\1/p' "$f")
 		if ((${#tests[@]} == 0)); then e2e_whole=true; else e2e_tests+=("${tests[@]}"); fi
@@ -72,6 +78,11 @@ for d in "${!dirs[@]}"; do
 	# control plane harness.
 	if grep -lq 'e2e/controlplane"' "$d"/*_test.go 2>/dev/null; then e2e_pkgs+=("$d"); fi
 done
+# A harness of the suite changed: every package's tests against the real
+# apiserver too.
+if $e2e_whole; then
+	mapfile -t e2e_pkgs < <(grep -rl --include='*_test.go' --exclude-dir=.work 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
+fi
 
 step() { echo "== make check: $*"; }
 
@@ -91,9 +102,18 @@ if $lint_mod; then $MAKE --no-print-directory tidy-check; fi
 if $lint_vuln; then $MAKE --no-print-directory vuln; fi
 if $lint_config; then $MAKE --no-print-directory config-reference-check; fi
 
+# The control plane's variables are set: the TestE2E* tests run in the
+# next step, without the race detector, as make test runs them.
+if $all_units; then
+	mapfile -t pkgs < <($GO list ./... | grep -v '/e2e')
+fi
 if ((${#pkgs[@]} > 0)); then
-	step "unit tests: ${pkgs[*]}"
-	$GO test -race -tags nocloudkms "${pkgs[@]}"
+	((${#pkgs[@]} > 12)) && step "unit tests: ${#pkgs[@]} packages" || step "unit tests: ${pkgs[*]}"
+	$GO test -race -tags nocloudkms -skip '^TestE2E' "${pkgs[@]}"
+fi
+if $vulngate; then
+	step "unit tests: tools/vuln"
+	(cd tools/vuln && $GO test ./...)
 fi
 
 if ((${#e2e_pkgs[@]} > 0)); then
@@ -107,7 +127,7 @@ fi
 if $e2e_whole || ((${#e2e_tests[@]} > 0)); then
 	$MAKE --no-print-directory e2e-deps
 	if $e2e_whole; then
-		step "the e2e suite (a helper of it changed)"
+		step "the e2e suite (a helper or harness of it changed)"
 		$GO test -count=1 -timeout 20m ./e2e/
 	else
 		run=$(IFS='|'; echo "${e2e_tests[*]}")
