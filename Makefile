@@ -286,8 +286,6 @@ chart-lint: $(BIN)/helm ## Lint the chart; render it with default values and eac
 		$(BIN)/helm template workload-ca $(CHART) --namespace workload-ca $${v:+--values $$v} > /dev/null; \
 	done
 
-# promtool and prometheus check the CA's /metrics in the e2e suite: Debian's
-# prometheus package (2.42), installed when either binary is missing.
 # govulncheck reads the Go vulnerability database offline: the OSV files
 # of the golang.org/x/vulndb module pinned in tools/vuln/go.mod, indexed
 # by its own indexdb and cached by that version. vulngate fails on a
@@ -307,27 +305,31 @@ $(VULNDB_DIR)/index/db.json: | $(VULN_TOOLS_DIR)/indexdb
 vuln: $(BIN)/govulncheck $(VULNDB_DIR)/index/db.json ## Known vulnerabilities the code calls (offline database).
 	$(BIN)/govulncheck -db file://$(VULNDB_DIR) -format json ./... | (cd tools/vuln && $(GO) run ./vulngate)
 
+# The Debian packages the e2e suite needs, each with the check that says it
+# is there; apt-ensure installs those of PACKAGES that are missing, in one
+# apt-get (a fresh machine misses them all).
+installed.prometheus     = command -v promtool >/dev/null && command -v prometheus >/dev/null
+installed.softhsm2       = command -v softhsm2-util >/dev/null
+installed.libsqlite3-dev = dpkg -s libsqlite3-dev >/dev/null 2>&1
+apt-ensure = missing=$$( { $(foreach p,$(1),$(installed.$(p)) || echo $(p);) } | xargs); \
+	[[ -z $$missing ]] || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $$missing; }
+
+# promtool and prometheus check the CA's /metrics in the e2e suite: Debian's
+# prometheus package (2.42).
 prometheus-tools: ## Install promtool and prometheus (Debian package) when missing.
-	command -v promtool >/dev/null && command -v prometheus >/dev/null || $(call apt-install,prometheus)
+	$(call apt-ensure,prometheus)
 
 # SoftHSM2 is the HSM the e2e suite signs with through PKCS#11
-# (--ca-key-uri pkcs11:...): Debian's softhsm2 package, installed when
-# missing.
+# (--ca-key-uri pkcs11:...): Debian's softhsm2 package.
 hsm-tools: ## Install SoftHSM2 (Debian package) when missing.
-	command -v softhsm2-util >/dev/null || $(call apt-install,softhsm2)
+	$(call apt-ensure,softhsm2)
 
 # libsqlite3-dev: SPIRE's server links Debian's SQLite (see spire).
 sqlite-dev:
-	dpkg -s libsqlite3-dev >/dev/null 2>&1 || $(call apt-install,libsqlite3-dev)
+	$(call apt-ensure,libsqlite3-dev)
 
-# The Debian packages the e2e suite needs, in one apt-get when several are
-# missing (a fresh machine).
 os-packages: ## Install what the e2e suite needs from Debian when missing: prometheus, softhsm2, libsqlite3-dev.
-	missing=$$( { command -v promtool >/dev/null && command -v prometheus >/dev/null || echo prometheus; \
-		command -v softhsm2-util >/dev/null || echo softhsm2; \
-		dpkg -s libsqlite3-dev >/dev/null 2>&1 || echo libsqlite3-dev; } | xargs); \
-	[[ -z $$missing ]] || $(call apt-install,$$missing)
-apt-install = { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends $(1); }
+	$(call apt-ensure,prometheus softhsm2 libsqlite3-dev)
 
 controlplane: $(CP_DIR)/kube-apiserver $(CP_DIR)/etcd ## Build kube-apiserver and etcd (cached by version).
 $(CP_DIR)/kube-apiserver:
