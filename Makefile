@@ -184,9 +184,10 @@ e2e: $(E2E_DEPS) ## End-to-end tests against a real kube-apiserver and etcd.
 # then the unit tests of the changed packages, then their tests against the
 # real apiserver (TestE2E*), and the e2e suite's tests in changed e2e files.
 CHECK_BASE ?= main
-check: tools controlplane build ## Lint and test what changed since CHECK_BASE (default main), with its e2e tests.
+check: tools ## Lint and test what changed since CHECK_BASE (default main), with its e2e tests.
 	mkdir -p $(WORK)
-	export $(E2E_ENV) MAKE='$(SUBMAKE)' GO='$(GO)' BIN='$(BIN)'; tools/check.sh $(CHECK_BASE)
+	export $(E2E_ENV) MAKE='$(SUBMAKE)' GO='$(GO)' BIN='$(BIN)' UNIT_PKGS="$(UNIT_PKGS)" E2E_PKGS="$(E2E_PKGS)"; \
+		tools/check.sh $(CHECK_BASE)
 
 demo: build controlplane ## Run the CA against a local control plane and request certificates as ztunnel would.
 	mkdir -p $(WORK)

@@ -15,7 +15,9 @@
 #     (e2e/controlplane, e2e/internal, e2e/cahost) changed.
 #
 # make test runs everything; make check is what a change most likely broke.
-# The Makefile exports the e2e suite's environment and GO, MAKE and BIN.
+# The Makefile exports the e2e suite's environment, GO, MAKE and BIN, and
+# its lists of unit-test packages (UNIT_PKGS) and of packages with tests
+# against the real apiserver (E2E_PKGS).
 set -euo pipefail
 
 base=${1:-main}
@@ -74,25 +76,23 @@ for d in "${!dirs[@]}"; do
 		continue
 	fi
 	pkgs+=("$d")
-	# Its tests against the real apiserver: a test file that imports the
-	# control plane harness.
-	if grep -lq 'e2e/controlplane"' "$d"/*_test.go 2>/dev/null; then e2e_pkgs+=("$d"); fi
+	[[ " $(echo $E2E_PKGS) " == *" $d "* ]] && e2e_pkgs+=("$d")
 done
 # A harness of the suite changed: every package's tests against the real
 # apiserver too.
-if $e2e_whole; then
-	mapfile -t e2e_pkgs < <(grep -rl --include='*_test.go' --exclude-dir=.work 'e2e/controlplane"' . | grep -v '^./e2e/' | xargs -r -n1 dirname | sort -u)
-fi
+if $e2e_whole; then mapfile -t e2e_pkgs <<< "$E2E_PKGS"; fi
+
+# The e2e package's own tests run: some or (a helper or harness changed) all.
+e2e_suite=false
+if $e2e_whole || ((${#e2e_tests[@]} > 0)); then e2e_suite=true; fi
 
 step() { echo "== make check: $*"; }
 
 step "lint"
 $GO vet ./...
-if ((${#pkgs[@]} + ${#e2e_dirs[@]} > 0)) || $e2e_whole || ((${#e2e_tests[@]} > 0)); then
-	lint_dirs=("${pkgs[@]}" "${e2e_dirs[@]}")
-	if $e2e_whole || ((${#e2e_tests[@]} > 0)); then lint_dirs+=(./e2e); fi
-	"$BIN"/golangci-lint run "${lint_dirs[@]}"
-fi
+lint_dirs=("${pkgs[@]}" "${e2e_dirs[@]}")
+$e2e_suite && lint_dirs+=(./e2e)
+if ((${#lint_dirs[@]} > 0)); then "$BIN"/golangci-lint run "${lint_dirs[@]}"; fi
 if $lint_proto; then
 	(cd proto && "$BIN"/buf lint)
 	$MAKE --no-print-directory generate-check
@@ -104,9 +104,7 @@ if $lint_config; then $MAKE --no-print-directory config-reference-check; fi
 
 # The control plane's variables are set: the TestE2E* tests run in the
 # next step, without the race detector, as make test runs them.
-if $all_units; then
-	mapfile -t pkgs < <($GO list ./... | grep -v '/e2e')
-fi
+if $all_units; then mapfile -t pkgs <<< "$UNIT_PKGS"; fi
 if ((${#pkgs[@]} > 0)); then
 	((${#pkgs[@]} > 12)) && step "unit tests: ${#pkgs[@]} packages" || step "unit tests: ${pkgs[*]}"
 	$GO test -race -tags nocloudkms -skip '^TestE2E' "${pkgs[@]}"
@@ -116,6 +114,10 @@ if $vulngate; then
 	(cd tools/vuln && $GO test ./...)
 fi
 
+# The control plane and the product's binary, only when a test runs them.
+if ((${#e2e_pkgs[@]} + ${#e2e_dirs[@]} > 0)) || $e2e_suite; then
+	$MAKE --no-print-directory controlplane build
+fi
 if ((${#e2e_pkgs[@]} > 0)); then
 	step "tests against the real apiserver: ${e2e_pkgs[*]}"
 	$GO test -count=1 -timeout 10m -run '^TestE2E' "${e2e_pkgs[@]}"
@@ -124,7 +126,7 @@ if ((${#e2e_dirs[@]} > 0)); then
 	step "packages under e2e/: ${e2e_dirs[*]}"
 	$GO test -count=1 -timeout 20m "${e2e_dirs[@]}"
 fi
-if $e2e_whole || ((${#e2e_tests[@]} > 0)); then
+if $e2e_suite; then
 	$MAKE --no-print-directory e2e-deps
 	if $e2e_whole; then
 		step "the e2e suite (a helper or harness of it changed)"
