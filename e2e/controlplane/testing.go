@@ -26,7 +26,7 @@ func StartForTest(t TB, opts Options) *ControlPlane {
 	t.Helper()
 	if opts.BinDir == "" && os.Getenv(EnvBinDir) == "" {
 		t.Skipf("%s is unset: set it to the directory holding etcd and kube-apiserver "+
-			"(e.g. ~/.cache/workload-ca/controlplane-v1.37.2-etcd-v3.7.0, which make controlplane builds from the module e2e/tools)", EnvBinDir)
+			"(make controlplane builds them from the module e2e/tools into ~/.cache/workload-ca/controlplane-<versions>-<key>; make -n e2e prints it)", EnvBinDir)
 	}
 	if opts.WorkDir == "" {
 		dir, err := os.MkdirTemp("", "workload-ca-controlplane-")
