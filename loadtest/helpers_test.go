@@ -41,6 +41,11 @@ type fakeCA struct {
 	capb.UnimplementedIstioCertificateServiceServer
 	auth  *ca.Authority
 	delay time.Duration
+	// holdUntil, when set, holds each token's requests until that many are
+	// in flight at once (for at most a second), so a test of the
+	// generator's concurrency does not depend on how fast this machine
+	// schedules its workers.
+	holdUntil int
 	// deny refuses these identities with PermissionDenied; wrongSAN answers
 	// them with another identity's certificate; flaky fails the first
 	// flaky[id] requests of id with Unavailable.
@@ -87,6 +92,11 @@ func (f *fakeCA) CreateCertificate(ctx context.Context, req *capb.IstioCertifica
 			f.failedAt = map[string][]time.Time{}
 		}
 		f.failedAt[want] = append(f.failedAt[want], time.Now())
+	}
+	for deadline := time.Now().Add(time.Second); f.maxInFlight[token] < f.holdUntil && time.Now().Before(deadline) && ctx.Err() == nil; {
+		f.mu.Unlock()
+		time.Sleep(time.Millisecond)
+		f.mu.Lock()
 	}
 	f.mu.Unlock()
 	defer func() {

@@ -50,7 +50,7 @@ func TestPaceStopsWithContext(t *testing.T) {
 }
 
 func TestRunClosedLoop(t *testing.T) {
-	f := &fakeCA{delay: 5 * time.Millisecond}
+	f := &fakeCA{delay: 5 * time.Millisecond, holdUntil: 8}
 	cfg := startFake(t, f)
 	cfg.Plan = plan(3, 4)
 	cfg.Warmup, cfg.Duration = 100*time.Millisecond, 300*time.Millisecond
