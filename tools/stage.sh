@@ -58,7 +58,7 @@ report)
 	IFS=$'\t' read -r _ when note < "$file"
 	first=$(awk -F'\t' '$1 != "#" { if (min == "" || $3 < min) min = $3 } END { print min }' "$file")
 	echo "make test stages, started $when ($note)"
-	printf '%-8s %-18s %7s %7s %7s %6s  %s\n' lane stage start wall cpu cores result
+	printf '%-8s %-22s %7s %7s %7s %6s  %s\n' lane stage start wall cpu cores result
 	total_cpu=0 last=$first
 	while IFS=$'\t' read -r lane name start end cpu rc; do
 		[[ $lane == "#" ]] && continue
@@ -66,7 +66,7 @@ report)
 		cores=$(awk -v c="$cpu" -v w="$wall" 'BEGIN { printf "%.2f", (w > 0 ? c / w : 0) }')
 		result=ok
 		[[ $rc == 0 ]] || result="FAILED ($rc)"
-		printf '%-8s %-18s %7s %7s %7s %6s  %s\n' "$lane" "$name" "$(clock $((start - first)))" "$(clock "$wall")" "$(clock "$cpu")" "$cores" "$result"
+		printf '%-8s %-22s %7s %7s %7s %6s  %s\n' "$lane" "$name" "$(clock $((start - first)))" "$(clock "$wall")" "$(clock "$cpu")" "$cores" "$result"
 		total_cpu=$(awk -v a="$total_cpu" -v b="$cpu" 'BEGIN { print a + b }')
 		((end > last)) && last=$end
 	done < "$file"
