@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
 
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/e2e/cahost"
@@ -281,11 +282,14 @@ func (f *verifyFixture) wantSame(t *testing.T, token string, want bool, bound ti
 	}
 }
 
+// markerUser makes the TokenReview that marks the end of a count.
+const markerUser = "tokenreview-count-marker"
+
 // caReviews is how many TokenReviews c makes for 20 requests (8 at once,
 // then 12 one by one) with a token it has not seen.
 func (f *verifyFixture) caReviews(t *testing.T, c verifyingCA, token string) int {
 	t.Helper()
-	before, err := f.cp.CountAudit("create", "tokenreviews")
+	before, markers, err := f.tokenReviews()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -297,12 +301,43 @@ func (f *verifyFixture) caReviews(t *testing.T, c verifyingCA, token string) int
 	for range 12 {
 		f.caSays(t, c, token)
 	}
-	time.Sleep(time.Second) // the API server audits just after answering
-	after, err := f.cp.CountAudit("create", "tokenreviews")
+	// The API server writes a request's audit event just after answering
+	// it. A TokenReview of the test's own (impersonating markerUser),
+	// made after the CA's were answered, marks the end: once its event is
+	// in the log, so are theirs.
+	marker, err := kubernetes.NewForConfig(f.cp.ImpersonatedConfig(markerUser, "system:masters"))
 	if err != nil {
 		t.Fatal(err)
 	}
+	review := &authenticationv1.TokenReview{Spec: authenticationv1.TokenReviewSpec{Token: "marker"}}
+	if _, err := marker.AuthenticationV1().TokenReviews().Create(t.Context(), review, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var after int
+	if err := pollUntil(t, 5*time.Second, func() (bool, error) {
+		n, m, err := f.tokenReviews()
+		after = n
+		return m > markers, err
+	}); err != nil {
+		t.Fatalf("the marker TokenReview is not in the audit log: %v", err)
+	}
 	return after - before
+}
+
+// tokenReviews counts the TokenReviews in the audit log: the markers of
+// caReviews, and the others.
+func (f *verifyFixture) tokenReviews() (others, markers int, err error) {
+	events, err := f.cp.AuditEvents()
+	for _, ev := range events {
+		switch {
+		case ev.Stage != "ResponseComplete" || ev.ObjectRef == nil || ev.ObjectRef.Resource != "tokenreviews" || ev.Verb != "create":
+		case ev.ImpersonatedUser != nil && ev.ImpersonatedUser.Username == markerUser:
+			markers++
+		default:
+			others++
+		}
+	}
+	return others, markers, err
 }
 
 // ownIdentity is the SPIFFE ID of the service account a token names (read
