@@ -55,6 +55,9 @@ const (
 	ReasonIdentityNotOnNode  Reason = "identity-not-on-node"
 	ReasonForeignTrustDomain Reason = "foreign-trust-domain"
 	ReasonInvalidIdentity    Reason = "invalid-identity"
+	// ReasonPodMismatch: the pod, node or service account a kubelet's
+	// request names is not what the cluster runs.
+	ReasonPodMismatch Reason = "pod-mismatch"
 )
 
 // DenyError is an authenticated caller asking for an identity it may not

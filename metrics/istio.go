@@ -3,7 +3,7 @@ package metrics
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // istioCompat exports the citadel_server_* counters istiod's CA exports, so
@@ -39,13 +39,13 @@ func (c *istioCompat) requestDone(result string) {
 	}
 	c.csr.Inc()
 	switch result {
-	case server.ResultIssued:
+	case issuance.ResultIssued:
 		c.success.Inc()
-	case server.ResultUnauthenticated, server.ResultDenied:
+	case issuance.ResultUnauthenticated, issuance.ResultDenied:
 		c.authnFail.Inc() // istiod reports impersonation denials as authentication failures
-	case server.ResultInvalid:
+	case issuance.ResultInvalid:
 		c.parseErr.Inc()
-	case server.ResultInternal:
+	case issuance.ResultInternal:
 		c.signErr.Inc()
 	}
 }

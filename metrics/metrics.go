@@ -7,7 +7,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
-	"github.com/workload-ca/workload-ca/server"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 const namespace = "workload_ca"
@@ -73,9 +73,9 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	f := factory{reg}
 	m := &Metrics{
 		requests: f.counterVec("certificate_requests_total",
-			"Certificate requests by result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.", "result", "reason"),
+			"Certificate requests by front door (grpc, podcert), result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.", "door", "result", "reason"),
 		issuance: f.histogramVec("issuance_duration_seconds",
-			"Time to answer a certificate request, by result.", "result"),
+			"Time to answer a certificate request, by front door and result.", "door", "result"),
 		reviews: f.counterVec("tokenreview_requests_total",
 			"TokenReview API calls by result.", "result"),
 		reviewTime: f.histogram("tokenreview_duration_seconds", "Latency of TokenReview API calls."),
@@ -105,8 +105,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 		remoteRefused: f.counterVec("remote_cluster_kubeconfigs_refused_total",
 			"Remote cluster kubeconfigs that configure nothing, by reason: invalid, too-large, context, exec, auth-provider, file, proxy, insecure-skip-tls-verify, not-https, no-ca, no-credential, basic-auth, impersonation (a Secret's kubeconfig may carry none of these; see docs/multi-cluster.md).", "reason"),
 	}
-	m.issued = m.requests.WithLabelValues(server.ResultIssued, "")
-	m.issuedTime = m.issuance.WithLabelValues(server.ResultIssued)
+	m.issued = m.requests.WithLabelValues(issuance.DoorGRPC, issuance.ResultIssued, "")
+	m.issuedTime = m.issuance.WithLabelValues(issuance.DoorGRPC, issuance.ResultIssued)
 	m.cacheHit = m.cacheLookups.WithLabelValues("hit")
 	m.cacheMiss = m.cacheLookups.WithLabelValues("miss")
 	// Exported from the start, so that dashboards and alerts see a zero
@@ -131,16 +131,19 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 	return m
 }
 
-// RequestDone records one certificate request (server.Observer).
-func (m *Metrics) RequestDone(result, reason string, d time.Duration) {
-	if result == server.ResultIssued && reason == "" {
+// RequestDone records one certificate request (issuance.Observer). The
+// istiod-compatible counters count the gRPC door's alone, as istiod's do.
+func (m *Metrics) RequestDone(door, result, reason string, d time.Duration) {
+	if door == issuance.DoorGRPC && result == issuance.ResultIssued && reason == "" {
 		m.issued.Inc()
 		m.issuedTime.Observe(d.Seconds())
 	} else {
-		m.requests.WithLabelValues(result, reason).Inc()
-		m.issuance.WithLabelValues(result).Observe(d.Seconds())
+		m.requests.WithLabelValues(door, result, reason).Inc()
+		m.issuance.WithLabelValues(door, result).Observe(d.Seconds())
 	}
-	m.istio.requestDone(result)
+	if door == issuance.DoorGRPC {
+		m.istio.requestDone(result)
+	}
 }
 
 // ReviewDone records one TokenReview call (tokenreview.Observer).
@@ -189,7 +192,7 @@ func (m *Metrics) IstiodCertExpiry(notAfter time.Time) { m.istiodExpiry.Set(floa
 // Rotated records a rotation step (rotation.Observer).
 func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }
 
-// ClusterRequestDone counts a request of a cluster (server.ClusterObserver).
+// ClusterRequestDone counts a request of a cluster (issuance.ClusterObserver).
 func (m *Metrics) ClusterRequestDone(cluster, result string) {
 	m.clusterRequests.WithLabelValues(cluster, result).Inc()
 }

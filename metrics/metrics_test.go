@@ -15,8 +15,9 @@ import (
 func TestMetrics(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.Options{IstioCompat: true})
-	m.RequestDone("issued", "", 2*time.Millisecond)
-	m.RequestDone("denied", "identity-not-on-node", time.Millisecond)
+	m.RequestDone("grpc", "issued", "", 2*time.Millisecond)
+	m.RequestDone("grpc", "denied", "identity-not-on-node", time.Millisecond)
+	m.RequestDone("podcert", "issued", "", time.Millisecond)
 	m.ReviewDone("authenticated", 3*time.Millisecond)
 	m.CacheLookup(true)
 	m.CacheLookup(false)
@@ -35,10 +36,11 @@ func TestMetrics(t *testing.T) {
 	})
 
 	want := `
-# HELP workload_ca_certificate_requests_total Certificate requests by result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.
+# HELP workload_ca_certificate_requests_total Certificate requests by front door (grpc, podcert), result (issued, unauthenticated, denied, invalid, unavailable, canceled, internal) and denial reason.
 # TYPE workload_ca_certificate_requests_total counter
-workload_ca_certificate_requests_total{reason="",result="issued"} 1
-workload_ca_certificate_requests_total{reason="identity-not-on-node",result="denied"} 1
+workload_ca_certificate_requests_total{door="grpc",reason="",result="issued"} 1
+workload_ca_certificate_requests_total{door="grpc",reason="identity-not-on-node",result="denied"} 1
+workload_ca_certificate_requests_total{door="podcert",reason="",result="issued"} 1
 # HELP workload_ca_ca_cert_expiry_timestamp_seconds NotAfter of the CA certificates as a Unix time, by kind (signing, root, intermediate).
 # TYPE workload_ca_ca_cert_expiry_timestamp_seconds gauge
 workload_ca_ca_cert_expiry_timestamp_seconds{kind="root"} 2.1e+09
@@ -89,7 +91,7 @@ citadel_server_authentication_failure_count 1
 func TestIstioCompatOffByDefault(t *testing.T) {
 	reg := prometheus.NewRegistry()
 	m := metrics.New(reg, metrics.Options{})
-	m.RequestDone("issued", "", time.Millisecond)
+	m.RequestDone("grpc", "issued", "", time.Millisecond)
 	if n, err := testutil.GatherAndCount(reg, "citadel_server_csr_count"); err != nil || n != 0 {
 		t.Fatalf("citadel metrics exported without the option: %d, %v", n, err)
 	}

@@ -1,13 +1,14 @@
-// Package server is the gRPC edge of the CA: Istio's
-// IstioCertificateService over TLS. It parses requests, runs authentication,
-// authorization and signing through small interfaces it owns, maps every
-// error to a gRPC status in one place, writes one audit record per
-// decision (summarizing the refusals that decide nothing and those of
-// callers who did not authenticate), bounds what a client can hold
-// (transport limits, the busy tier, ConnGuard for connections on which no
-// caller authenticated), and keeps its own TLS serving certificate, issued
-// by the CA, fresh.
+// Package server is the gRPC front door of the CA: Istio's
+// IstioCertificateService over TLS. It parses requests, picks the cluster
+// a request names, authenticates its caller, parses its CSR, and hands a
+// door-neutral request to the issuance pipeline, which authorizes, signs,
+// audits and counts it; what it refuses before then it records through
+// the pipeline too. It maps every result to a gRPC status in one place
+// (classify), bounds what a client can hold (transport limits, the busy
+// tier, ConnGuard for connections on which no caller authenticated, the
+// CPU limiter every CSR check and signature runs in), and keeps its own
+// TLS serving certificate, issued by the CA, fresh.
 //
-// It does not decide who may have which identity (authz) nor how
-// certificates are built (ca).
+// It does not decide who may have which identity (authz), how requests
+// are audited and counted (issuance) nor how certificates are built (ca).
 package server

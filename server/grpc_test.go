@@ -32,6 +32,7 @@ import (
 	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/internal/testca"
 	"github.com/workload-ca/workload-ca/internal/testlog"
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/proto/capb"
 	"github.com/workload-ca/workload-ca/server"
 )
@@ -60,7 +61,7 @@ const servingName = "workload-ca.istio-system.svc"
 type envConfig struct {
 	opts          []grpc.ServerOption
 	shutdownDelay time.Duration
-	wrapSigner    func(server.Signer) server.Signer
+	wrapSigner    func(issuance.Signer) issuance.Signer
 	service       func(*server.Config)
 	listener      func(net.Listener) net.Listener
 	// transport's busy tier is the server's (WithBusyTier); its other
@@ -87,7 +88,7 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	for _, r := range authority.Roots() {
 		e.roots.AddCert(r)
 	}
-	var signer server.Signer = authority
+	var signer issuance.Signer = authority
 	if cfg.wrapSigner != nil {
 		signer = cfg.wrapSigner(signer)
 	}
@@ -405,7 +406,7 @@ func TestAuditRecordsAndObserver(t *testing.T) {
 
 // panickingSigner panics on its first call and signs after that.
 type panickingSigner struct {
-	server.Signer
+	issuance.Signer
 	calls *atomic.Int32
 }
 
@@ -418,7 +419,7 @@ func (p panickingSigner) Sign(ctx context.Context, r ca.Request) (*ca.Issued, er
 
 func TestPanicAnswersInternalAndIsAudited(t *testing.T) {
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
-		c.wrapSigner = func(s server.Signer) server.Signer { return panickingSigner{Signer: s, calls: new(atomic.Int32)} }
+		c.wrapSigner = func(s issuance.Signer) issuance.Signer { return panickingSigner{Signer: s, calls: new(atomic.Int32)} }
 	})
 	c := e.client(t)
 	web := caclient.Request{Token: "web-token", Identity: spiffeid.RequireFromString("spiffe://cluster.local/ns/demo/sa/web")}
@@ -470,13 +471,13 @@ func auditRecords(t *testing.T, b *testlog.Buffer) []map[string]any {
 	return out
 }
 
-// recorder is a server.Observer that remembers results.
+// recorder is an issuance.Observer that remembers results.
 type recorder struct {
 	mu  sync.Mutex
 	got []string
 }
 
-func (r *recorder) RequestDone(result, reason string, _ time.Duration) {
+func (r *recorder) RequestDone(_, result, reason string, _ time.Duration) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.got = append(r.got, result+"/"+reason)

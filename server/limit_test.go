@@ -44,7 +44,7 @@ func TestCPULimiterQueuesThenFailsFast(t *testing.T) {
 		if !errors.Is(err, authz.ErrOverloaded) || time.Since(start) != time.Second {
 			t.Fatalf("do() = %v after %v, want overloaded after 1s", err, time.Since(start))
 		}
-		if o := classify(err); o.code != codes.Unavailable || o.reason != "overloaded" {
+		if o := classify(context.Background(), err); o.code != codes.Unavailable || o.reason != "overloaded" {
 			t.Fatalf("classify(overloaded) = %+v", o)
 		}
 

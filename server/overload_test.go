@@ -14,6 +14,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/proto/capb"
 	"github.com/workload-ca/workload-ca/server"
 )
@@ -21,7 +22,7 @@ import (
 // heldSigner signs once release is closed, telling held when a signature
 // is waiting.
 type heldSigner struct {
-	server.Signer
+	issuance.Signer
 	held    chan struct{}
 	release chan struct{}
 }
@@ -40,7 +41,7 @@ func (h heldSigner) Sign(ctx context.Context, r ca.Request) (*ca.Issued, error) 
 func TestOverloadRefusalSaysWhenToComeBack(t *testing.T) {
 	signer := heldSigner{held: make(chan struct{}, 4), release: make(chan struct{})}
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
-		c.wrapSigner = func(s server.Signer) server.Signer { signer.Signer = s; return signer }
+		c.wrapSigner = func(s issuance.Signer) issuance.Signer { signer.Signer = s; return signer }
 		c.service = func(cfg *server.Config) { cfg.MaxConcurrentSigns, cfg.MaxQueuedPerNode = 1, 1 }
 	})
 	client := capb.NewIstioCertificateServiceClient(e.conn(t))

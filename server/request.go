@@ -1,7 +1,6 @@
 package server
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/proto/capb"
 )
 
@@ -19,7 +19,7 @@ import (
 const ImpersonatedIdentityKey = "ImpersonatedIdentity"
 
 // errInvalidRequest is wrapped by every malformed request.
-var errInvalidRequest = errors.New("invalid request")
+var errInvalidRequest = issuance.ErrInvalidRequest
 
 // impersonatedIdentity returns the ImpersonatedIdentity metadata value, or
 // the zero ID when it is absent or empty.

@@ -8,31 +8,11 @@ import (
 	"google.golang.org/grpc/codes"
 
 	"github.com/workload-ca/workload-ca/authz"
-	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // minRetryAfter is the least time an overloaded caller is told to wait.
 const minRetryAfter = 100 * time.Millisecond
-
-// errNotReady is returned while the CA cannot serve yet (CA material or pod
-// index not ready).
-var errNotReady = errors.New("not ready")
-
-// errAuditUnwritable: an issuance's audit record could not be written, so
-// the certificate is not handed out.
-var errAuditUnwritable = errors.New("audit log unwritable")
-
-// The results of a request, as audit records, logs and metrics label them
-// (a small fixed set).
-const (
-	ResultIssued          = "issued"
-	ResultUnauthenticated = "unauthenticated"
-	ResultDenied          = "denied"
-	ResultInvalid         = "invalid"
-	ResultUnavailable     = "unavailable"
-	ResultCanceled        = "canceled"
-	ResultInternal        = "internal"
-)
 
 // outcome classifies an error for the caller, the logs and the metrics. It is
 // the one place where errors become gRPC codes.
@@ -41,7 +21,7 @@ type outcome struct {
 	// (grpc-retry-pushback-ms and a RetryInfo detail); zero otherwise.
 	retryAfter time.Duration
 	code       codes.Code
-	// result is one of the Result* labels.
+	// result is one of issuance's Result* labels.
 	result string
 	// reason is the denial reason for denied requests.
 	reason authz.Reason
@@ -49,38 +29,43 @@ type outcome struct {
 	message string
 }
 
-// classify maps an error from any layer to its outcome.
-func classify(err error) outcome {
-	var deny *authz.DenyError
-	switch {
-	case err == nil:
-		return outcome{code: codes.OK, result: ResultIssued}
-	case errors.Is(err, authz.ErrUnauthenticated):
-		return outcome{code: codes.Unauthenticated, result: ResultUnauthenticated, message: "authentication failed"}
-	case errors.As(err, &deny):
-		return outcome{code: codes.PermissionDenied, result: ResultDenied, reason: deny.Reason,
-			message: "identity not permitted: " + string(deny.Reason)}
-	case errors.Is(err, ca.ErrForeignTrustDomain):
-		// The policy refuses these first; the signer's own check answers
-		// the same way, never Internal.
-		return outcome{code: codes.PermissionDenied, result: ResultDenied, reason: authz.ReasonForeignTrustDomain,
-			message: "identity not permitted: " + string(authz.ReasonForeignTrustDomain)}
-	case errors.Is(err, ca.ErrInvalidCSR), errors.Is(err, errInvalidRequest):
-		// The caller's own input: the full message helps them fix it.
-		return outcome{code: codes.InvalidArgument, result: ResultInvalid, message: err.Error()}
-	case errors.Is(err, authz.ErrOverloaded):
-		o := outcome{code: codes.Unavailable, result: ResultUnavailable, reason: "overloaded", message: "certificate authority overloaded, retry later"}
-		if oe := (*authz.OverloadError)(nil); errors.As(err, &oe) {
-			o.retryAfter = max(oe.RetryAfter, minRetryAfter)
-		}
-		return o
-	case errors.Is(err, errNotReady), errors.Is(err, authz.ErrUnavailable), errors.Is(err, errAuditUnwritable):
-		return outcome{code: codes.Unavailable, result: ResultUnavailable, message: "certificate authority temporarily unavailable"}
-	case errors.Is(err, context.Canceled):
-		return outcome{code: codes.Canceled, result: ResultCanceled, message: "request canceled"}
-	case errors.Is(err, context.DeadlineExceeded):
-		return outcome{code: codes.DeadlineExceeded, result: ResultCanceled, message: "deadline exceeded"}
-	default:
-		return outcome{code: codes.Internal, result: ResultInternal, message: "internal error"}
+// classify maps an error from any layer to its answer: the result
+// (issuance.Classify, the one place errors become results) decides the
+// code, and the caller is told little about why auth failed.
+func classify(ctx context.Context, err error) outcome {
+	io := issuance.Classify(ctx, err)
+	if err != nil && ctx.Err() != nil {
+		err = ctx.Err()
 	}
+	o := outcome{result: io.Result, reason: authz.Reason(io.Reason)}
+	switch io.Result {
+	case issuance.ResultIssued:
+		o.code = codes.OK
+	case issuance.ResultUnauthenticated:
+		o.code, o.message = codes.Unauthenticated, "authentication failed"
+	case issuance.ResultDenied:
+		o.code, o.message = codes.PermissionDenied, "identity not permitted: "+io.Reason
+	case issuance.ResultInvalid:
+		// The caller's own input: the full message helps them fix it.
+		o.code, o.message = codes.InvalidArgument, err.Error()
+	case issuance.ResultUnavailable:
+		o.code, o.message = codes.Unavailable, "certificate authority temporarily unavailable"
+		if io.Reason == issuance.ReasonOverloaded {
+			o.message = "certificate authority overloaded, retry later"
+			if oe := (*authz.OverloadError)(nil); errors.As(err, &oe) {
+				o.retryAfter = max(oe.RetryAfter, minRetryAfter)
+			}
+		}
+	case issuance.ResultCanceled:
+		o.code, o.message = codes.Canceled, "request canceled"
+		if errors.Is(err, context.DeadlineExceeded) {
+			o.code, o.message = codes.DeadlineExceeded, "deadline exceeded"
+		}
+	default:
+		o.code, o.message = codes.Internal, "internal error"
+	}
+	return o
 }
+
+// answer is the code a refusal is answered with, for the audit record.
+func answer(err error) string { return classify(context.Background(), err).code.String() }

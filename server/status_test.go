@@ -11,6 +11,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 func TestClassify(t *testing.T) {
@@ -28,7 +29,7 @@ func TestClassify(t *testing.T) {
 		{name: "identity outside the signer's trust domain", err: fmt.Errorf("sign: %w: spiffe://evil.example/x", ca.ErrForeignTrustDomain), want: codes.PermissionDenied, wantResult: "denied", leak: "evil.example"},
 		{name: "malformed CSR", err: fmt.Errorf("%w: bad signature", ca.ErrInvalidCSR), want: codes.InvalidArgument, wantResult: "invalid"},
 		{name: "malformed request", err: fmt.Errorf("%w: metadata", errInvalidRequest), want: codes.InvalidArgument, wantResult: "invalid"},
-		{name: "not ready", err: errors.Join(errNotReady, errors.New("pod index not synced")), want: codes.Unavailable, wantResult: "unavailable", leak: "pod index"},
+		{name: "not ready", err: errors.Join(issuance.ErrNotReady, errors.New("pod index not synced")), want: codes.Unavailable, wantResult: "unavailable", leak: "pod index"},
 		{name: "kubernetes API down", err: fmt.Errorf("tokenreview: %w: connection refused", authz.ErrUnavailable), want: codes.Unavailable, wantResult: "unavailable", leak: "refused"},
 		{name: "client went away", err: fmt.Errorf("review: %w", context.Canceled), want: codes.Canceled, wantResult: "canceled"},
 		{name: "deadline", err: fmt.Errorf("review: %w", context.DeadlineExceeded), want: codes.DeadlineExceeded, wantResult: "canceled"},
@@ -36,7 +37,7 @@ func TestClassify(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			o := classify(tt.err)
+			o := classify(context.Background(), tt.err)
 			if o.code != tt.want || o.result != tt.wantResult {
 				t.Fatalf("classify(%v) = %v/%s, want %v/%s", tt.err, o.code, o.result, tt.want, tt.wantResult)
 			}
@@ -48,7 +49,7 @@ func TestClassify(t *testing.T) {
 }
 
 func TestClassifyDenialCarriesReason(t *testing.T) {
-	o := classify(authz.Deny(authz.ReasonNotNodeAgent, "demo/web asked for x"))
+	o := classify(context.Background(), authz.Deny(authz.ReasonNotNodeAgent, "demo/web asked for x"))
 	if o.reason != authz.ReasonNotNodeAgent || o.message != "identity not permitted: not-node-agent" {
 		t.Fatalf("classify = %+v", o)
 	}

@@ -1,4 +1,4 @@
-package server
+package issuance
 
 import (
 	"context"
@@ -17,6 +17,39 @@ const DefaultRefusalSummaryInterval = 10 * time.Second
 // beyond them, refusals are counted together under one record.
 const maxRefusalKeys = 1024
 
+// Bounds of the caller-supplied strings in audit records and logs (see
+// Clip). A cluster id is a short name; a SPIFFE ID is at most 2048 bytes
+// (the SPIFFE ID specification's bound on its URI), and the error of a
+// refusal names at most one with some words around it.
+const (
+	MaxHeaderValue   = 128
+	maxRecordedID    = 2048
+	maxRecordedError = maxRecordedID + 1024
+	maxSampleError   = 1024
+)
+
+// Clip returns s if it is at most n bytes long, or else its first n bytes
+// or fewer (whole UTF-8 characters) and a marker saying it was cut and how
+// long it was: a caller who sends 16 KiB of header does not get 16 KiB
+// into every record.
+func Clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…[cut: " + strconv.Itoa(len(s)) + " bytes]"
+}
+
+// The messages of audit records, the same for every door.
+const (
+	msgIssued  = "certificate issued"
+	msgRefused = "certificate request refused"
+	msgSummary = "certificate requests refused (summary)"
+)
+
 // refusals summarizes the refusals that decide nothing: a request refused
 // because the CA is overloaded, not ready or cannot reach Kubernetes, or
 // that its caller gave up; and the refusals of callers who did not
@@ -26,11 +59,12 @@ const maxRefusalKeys = 1024
 // and would bury the records that matter; and anyone who can reach the
 // port could fill the audit volume with them, after which no certificate
 // is handed out (an issuance needs its record). Instead, one record per
-// cluster, caller, reason and code and interval says how many there were,
-// with the first error as a sample. The key holds no caller-supplied
-// string an unauthenticated caller can vary: its cluster is one the CA
-// serves (a claimed cluster it does not serve is only in the sample) and
-// its caller is empty. Issued and denied requests keep one record each.
+// door, cluster, caller, reason and answer and interval says how many
+// there were, with the first error as a sample. The key holds no
+// caller-supplied string an unauthenticated caller can vary: its cluster
+// is one the CA serves (a claimed cluster it does not serve is only in
+// the sample) and its caller is empty. Issued and denied requests keep
+// one record each.
 type refusals struct {
 	mu     sync.Mutex
 	counts map[refusalKey]*refusalCount
@@ -38,7 +72,7 @@ type refusals struct {
 }
 
 type refusalKey struct {
-	cluster, caller, node, result, reason, code string
+	door, cluster, caller, node, result, reason, code string
 }
 
 type refusalCount struct {
@@ -49,7 +83,7 @@ type refusalCount struct {
 
 func (c *refusalCount) add(at time.Time, err string) {
 	if c.n == 0 {
-		c.first, c.sample = at, clip(err, maxSampleError)
+		c.first, c.sample = at, Clip(err, maxSampleError)
 	}
 	c.n++
 	c.last = at
@@ -83,6 +117,7 @@ func (r *refusals) flush(write func(level slog.Level, msg string, attrs []slog.A
 	r.mu.Unlock()
 	for k, c := range counts {
 		attrs := []slog.Attr{
+			slog.String("door", k.door),
 			slog.String("decision", k.result),
 			slog.String("caller", k.caller),
 			slog.String("node", k.node),
@@ -92,10 +127,10 @@ func (r *refusals) flush(write func(level slog.Level, msg string, attrs []slog.A
 		if k.cluster != "" {
 			attrs = append(attrs, slog.String("cluster", k.cluster))
 		}
-		write(slog.LevelWarn, "certificate requests refused (summary)", append(attrs, c.attrs()...))
+		write(slog.LevelWarn, msgSummary, append(attrs, c.attrs()...))
 	}
 	if other.n > 0 {
-		write(slog.LevelWarn, "certificate requests refused (summary)", append([]slog.Attr{
+		write(slog.LevelWarn, msgSummary, append([]slog.Attr{
 			slog.String("caller", "(others)")}, other.attrs()...))
 	}
 }
@@ -109,43 +144,10 @@ func (c *refusalCount) attrs() []slog.Attr {
 	}
 }
 
-// summarized reports whether a request's outcome is a refusal that
-// decides nothing about the caller, or one of a caller who did not
-// authenticate: summarized, not recorded one by one.
-func summarized(o outcome) bool {
-	return o.result == ResultUnavailable || o.result == ResultCanceled || o.result == ResultUnauthenticated
-}
-
-// Bounds of the caller-supplied strings in audit records and logs (see
-// clip). A cluster id is a short name; a SPIFFE ID is at most 2048 bytes
-// (the SPIFFE ID specification's bound on its URI), and the error of a
-// refusal names at most one with some words around it.
-const (
-	maxHeaderValue   = 128
-	maxRecordedID    = 2048
-	maxRecordedError = maxRecordedID + 1024
-	maxSampleError   = 1024
-)
-
-// clip returns s if it is at most n bytes long, or else its first n bytes
-// or fewer (whole UTF-8 characters) and a marker saying it was cut and how
-// long it was: a caller who sends 16 KiB of header does not get 16 KiB
-// into every record.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…[cut: " + strconv.Itoa(len(s)) + " bytes]"
-}
-
 // RunAudit writes the summaries of the refusals that decide nothing every
 // interval (DefaultRefusalSummaryInterval if not positive) until ctx ends,
 // and once more then.
-func (s *Service) RunAudit(ctx context.Context, interval time.Duration) {
+func (p *Pipeline) RunAudit(ctx context.Context, interval time.Duration) {
 	if interval <= 0 {
 		interval = DefaultRefusalSummaryInterval
 	}
@@ -154,19 +156,40 @@ func (s *Service) RunAudit(ctx context.Context, interval time.Duration) {
 	for {
 		select {
 		case <-ctx.Done():
-			s.FlushAudit()
+			p.FlushAudit()
 			return
 		case <-t.C:
-			s.FlushAudit()
+			p.FlushAudit()
 		}
 	}
 }
 
 // FlushAudit writes the summaries of the refusals counted so far.
-func (s *Service) FlushAudit() {
-	s.refused.flush(func(level slog.Level, msg string, attrs []slog.Attr) {
-		if err := s.writeAudit(context.Background(), level, msg, attrs); err != nil {
-			s.auditFailed(context.Background(), err)
+func (p *Pipeline) FlushAudit() {
+	p.refused.flush(func(level slog.Level, msg string, attrs []slog.Attr) {
+		if err := p.writeAudit(context.Background(), level, msg, attrs); err != nil {
+			p.auditFailed(context.Background(), err)
 		}
 	})
+}
+
+// auditFailed logs, at most once a second, that an audit record could not
+// be written.
+func (p *Pipeline) auditFailed(ctx context.Context, err error) {
+	if p.auditErrLog.AllowN(p.clock.Now(), 1) {
+		p.log.ErrorContext(ctx, "audit record not written; certificates are refused until it can be", "error", err.Error())
+	}
+}
+
+// writeAudit hands one record to the audit handler. Unlike Logger.LogAttrs
+// it does not capture the caller's program counter (a stack walk per
+// certificate): the record's source is always this function.
+func (p *Pipeline) writeAudit(ctx context.Context, level slog.Level, msg string, attrs []slog.Attr) error {
+	h := p.audit.Handler()
+	if !h.Enabled(ctx, level) {
+		return nil
+	}
+	r := slog.NewRecord(p.clock.Now(), level, msg, 0)
+	r.AddAttrs(attrs...)
+	return h.Handle(ctx, r)
 }
