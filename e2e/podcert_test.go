@@ -108,8 +108,8 @@ func TestPodCertificates(t *testing.T) {
 	if !chain[0].PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
 		t.Error("the leaf is not for the kubelet's key")
 	}
-	// The CA audits the issue after its status update returns.
-	if lines := waitLogLines(t, ca, "pod certificate issued", f.ns+"/web-0-certs"); len(lines) != 1 || strings.Contains(lines[0], "CERTIFICATE") {
+	// One audit record, in the format of every door.
+	if lines := waitLogLines(t, ca, `"msg":"certificate issued"`, `"door":"podcert"`, `"caller_kind":"kubelet"`, `"object":"`+f.ns+`/web-0-certs"`); len(lines) != 1 || strings.Contains(lines[0], "CERTIFICATE") {
 		t.Errorf("audit records of the issue: %q; want one, without certificate or CSR", lines)
 	}
 }

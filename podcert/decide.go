@@ -16,6 +16,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/ca"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // Reasons of a Denied condition. UnsupportedKeyType and
@@ -28,6 +29,8 @@ const (
 	// ReasonPodMismatch: the pod, node or service account the request
 	// names is not what the cluster runs.
 	ReasonPodMismatch = "PodMismatch"
+	// ReasonDenied: refused by a rule of the CA's other than the above.
+	ReasonDenied = "Denied"
 )
 
 // supportedKeyTypes is what a denial for an unsupported key suggests, in
@@ -47,6 +50,26 @@ type decision struct {
 
 func deny(reason, format string, args ...any) decision {
 	return decision{reason: reason, msg: fmt.Sprintf(format, args...)}
+}
+
+// denial is a decision to deny as an error, for the pipeline: it wraps
+// what the pipeline classifies the denial as (a malformed request, or a
+// pod the cluster does not run).
+type denial struct {
+	reason, msg string
+	err         error
+}
+
+func (d *denial) Error() string { return d.msg }
+func (d *denial) Unwrap() error { return d.err }
+
+// err is the denial of d.
+func (d decision) err() error {
+	wrapped := issuance.ErrInvalidRequest
+	if d.reason == ReasonPodMismatch {
+		wrapped = authz.Deny(authz.ReasonPodMismatch, "%s", d.msg)
+	}
+	return &denial{reason: d.reason, msg: d.msg, err: wrapped}
 }
 
 // decide checks a pending request and says what to issue: the X.509-SVID

@@ -3,10 +3,15 @@
 // podCertificate projected volume, without a mesh agent: the kubelet
 // generates the key, asks for a certificate, and mounts the chain and
 // renews it; the ClusterTrustBundles of the same signer name (package
-// trustbundle) verify it.
+// trust/clustertrustbundle) verify it.
 //
-// The identity is the pod's service account, which the API server has
-// checked against the pod and its node. Requests for other signers are
+// It is a front door of the issuance pipeline: it checks a request's
+// form (decide), and hands the pipeline a door-neutral request whose node
+// rule holds the request to what the cluster runs (the pod live, on the
+// kubelet's node, as its service account); the pipeline signs, audits and
+// counts it, and the controller writes the outcome to the request's
+// status. The identity is the pod's service account, which the API server
+// has checked against the pod and its node. Requests for other signers are
 // not watched. It runs on the leader only, as the CA's other writers do;
 // it does not publish roots.
 //

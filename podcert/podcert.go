@@ -24,6 +24,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/keyloop"
 	"github.com/workload-ca/workload-ca/internal/rbac"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // Signer issues certificates; *ca.Authority is one.
@@ -58,8 +59,14 @@ type Config struct {
 	Client      kubernetes.Interface
 	SignerName  string
 	TrustDomain spiffeid.TrustDomain
-	Signer      Signer
-	// Audit receives one record per decided request (default: Logger).
+	// Signer tells the signing certificate; the pipeline signs.
+	Signer Signer
+	// Pipeline decides, signs, audits and counts what this door hands it.
+	// If nil, the controller makes one of its own from Signer, Audit and
+	// Logger.
+	Pipeline *issuance.Pipeline
+	// Audit receives the records of the pipeline the controller makes
+	// when Pipeline is nil (default: Logger).
 	Audit    *slog.Logger
 	Logger   *slog.Logger
 	Observer Observer
@@ -95,7 +102,8 @@ type Accounts interface {
 
 // Controller signs the PodCertificateRequests of one signer name.
 type Controller struct {
-	cfg Config
+	cfg  Config
+	door *issuance.Door
 	// api is the version requests are read and written in: v1 until Run
 	// has chosen.
 	api *requestAPI
@@ -129,7 +137,14 @@ func New(cfg Config) (*Controller, error) {
 	default:
 		return nil, fmt.Errorf("podcert: APIVersion %q: want v1, v1beta1 or empty", cfg.APIVersion)
 	}
-	return &Controller{cfg: cfg, api: v1API(cfg.Client)}, nil
+	if cfg.Pipeline == nil {
+		p, err := issuance.New(issuance.Config{Signer: cfg.Signer, Audit: cfg.Audit, Logger: cfg.Logger, Clock: cfg.Clock})
+		if err != nil {
+			return nil, err
+		}
+		cfg.Pipeline = p
+	}
+	return &Controller{cfg: cfg, door: cfg.Pipeline.Door(issuance.DoorPodCertificate, answer), api: v1API(cfg.Client)}, nil
 }
 
 type nopObserver struct{}
@@ -195,72 +210,100 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		return nil
 	}
 	pcr := it.PodCertificateRequest
+	spec := pcr.Spec
+	r := issuance.Request{Received: c.cfg.Clock.Now(), CallerKind: issuance.CallerKubelet, Object: key,
+		Caller: authz.Caller{Namespace: pcr.Namespace, ServiceAccount: spec.ServiceAccountName,
+			PodName: spec.PodName, PodUID: string(spec.PodUID), NodeName: string(spec.NodeName)},
+		Credential: issuance.CredentialX509SVID, MinValidity: minValidity}
 	d := decide(it, c.cfg.TrustDomain)
-	if d.reason == "" {
-		var err error
-		if d, err = c.checkRequester(ctx, pcr, d); err != nil {
-			c.cfg.Observer.PodCertificate(ResultFailed)
-			return fmt.Errorf("PodCertificateRequest %s: %w", key, err) // retried with backoff
-		}
-	}
 	if d.reason != "" {
+		c.door.Refuse(ctx, r, d.err())
 		return c.finish(ctx, it, d, nil)
 	}
+	r.Requested, r.CSR, r.TTL, r.MaxValidity = d.req.ID, d.req.CSR, d.req.TTL, d.req.MaxValidity
 	if sc := c.cfg.Signer.SigningCert(); sc.NotAfter.Sub(c.cfg.Clock.Now()) < minValidity {
 		// Checked before signing too, so that no retry signs in vain.
-		c.cfg.Observer.PodCertificate(ResultFailed)
-		return fmt.Errorf("sign PodCertificateRequest %s: the signing certificate ends at %s, within the hour Kubernetes requires of a pod certificate",
-			key, sc.NotAfter.UTC().Format(time.RFC3339))
-	}
-	issued, err := c.cfg.Signer.Sign(ctx, d.req)
-	switch {
-	case errors.Is(err, ca.ErrInvalidCSR):
-		return c.finish(ctx, it, deny(ReasonInvalidRequest, "%v", err), nil)
-	case err != nil:
-		// The CA's own failure (not ready, say): retried with backoff.
+		err := fmt.Errorf("%w: the signing certificate ends at %s, within the hour Kubernetes requires of a pod certificate",
+			issuance.ErrNotReady, sc.NotAfter.UTC().Format(time.RFC3339))
+		c.door.Refuse(ctx, r, err)
 		c.cfg.Observer.PodCertificate(ResultFailed)
 		return fmt.Errorf("sign PodCertificateRequest %s: %w", key, err)
-	case issued.Cert.NotAfter.Sub(issued.Cert.NotBefore) < minValidity:
-		// The signing certificate expires within the hour. The request
-		// stays pending, retried with backoff, until the CA has a
-		// longer-lived one: a Failed condition would be final.
-		c.cfg.Observer.PodCertificate(ResultFailed)
-		return fmt.Errorf("sign PodCertificateRequest %s: the certificate the CA issues ends at %s, within the hour Kubernetes requires (is the signing certificate about to expire?)",
-			key, issued.Cert.NotAfter.UTC().Format(time.RFC3339))
 	}
-	return c.finish(ctx, it, d, issued)
+	issued, err := c.door.Issue(ctx, r, issuance.RuleFunc(func(ctx context.Context, r *issuance.Request) (spiffeid.ID, error) {
+		return r.Requested, c.checkRequester(ctx, pcr)
+	}))
+	if err == nil {
+		return c.finish(ctx, it, d, issued)
+	}
+	if reason, final := condition(err); final {
+		return c.finish(ctx, it, deny(reason, "%v", err), nil)
+	}
+	// The CA's own failure (not ready, an index that cannot tell yet, a
+	// certificate shorter than the hour Kubernetes requires because the
+	// signing certificate expires within it), or an audit record not
+	// written: retried with backoff. The request stays pending; a Failed
+	// condition would be final for the kubelet.
+	c.cfg.Observer.PodCertificate(ResultFailed)
+	return fmt.Errorf("sign PodCertificateRequest %s: %w", key, err)
+}
+
+// condition is the Denied condition's reason for a request refused with
+// err, and whether that refusal is final; a refusal that is not final is
+// retried with backoff.
+func condition(err error) (reason string, final bool) {
+	var d *denial
+	if errors.As(err, &d) {
+		return d.reason, true
+	}
+	switch issuance.Classify(context.Background(), err).Result {
+	case issuance.ResultInvalid:
+		return ReasonInvalidRequest, true
+	case issuance.ResultDenied:
+		return ReasonDenied, true
+	}
+	return "", false
+}
+
+// answer is what the door answers a refusal with, for the audit record:
+// the Denied condition's reason, or "Retried".
+func answer(err error) string {
+	if reason, final := condition(err); final {
+		return reason
+	}
+	return "Retried"
 }
 
 // checkRequester holds a request to what the cluster runs (see
 // Config.Pods): a mismatch is a denial; an index that cannot tell yet (the
-// API unreachable, a service account not seen yet) is an error, retried.
-func (c *Controller) checkRequester(ctx context.Context, pcr *certv1.PodCertificateRequest, d decision) (decision, error) {
+// API unreachable, a service account not seen yet) is unavailable, and
+// the request retried.
+func (c *Controller) checkRequester(ctx context.Context, pcr *certv1.PodCertificateRequest) error {
 	spec := pcr.Spec
 	if c.cfg.Pods != nil {
 		pod, found, err := c.cfg.Pods.Pod(ctx, pcr.Namespace, spec.PodName, string(spec.PodUID))
 		switch {
 		case err != nil:
-			return d, fmt.Errorf("checking pod %s/%s: %w", pcr.Namespace, spec.PodName, err)
+			return fmt.Errorf("%w: checking pod %s/%s: %w", authz.ErrUnavailable, pcr.Namespace, spec.PodName, err)
 		case !found:
-			return deny(ReasonPodMismatch, "no live pod %s/%s with uid %s", pcr.Namespace, spec.PodName, spec.PodUID), nil
+			return deny(ReasonPodMismatch, "no live pod %s/%s with uid %s", pcr.Namespace, spec.PodName, spec.PodUID).err()
 		case pod.ServiceAccount != spec.ServiceAccountName:
-			return deny(ReasonPodMismatch, "pod %s/%s runs as service account %s, not %s", pcr.Namespace, spec.PodName, pod.ServiceAccount, spec.ServiceAccountName), nil
+			return deny(ReasonPodMismatch, "pod %s/%s runs as service account %s, not %s", pcr.Namespace, spec.PodName, pod.ServiceAccount, spec.ServiceAccountName).err()
 		case pod.NodeName != string(spec.NodeName):
-			return deny(ReasonPodMismatch, "pod %s/%s runs on node %s, not %s", pcr.Namespace, spec.PodName, pod.NodeName, spec.NodeName), nil
+			return deny(ReasonPodMismatch, "pod %s/%s runs on node %s, not %s", pcr.Namespace, spec.PodName, pod.NodeName, spec.NodeName).err()
 		case authz.DeletedLongAgo(pod.Deletion, c.cfg.Clock.Now()):
-			return deny(ReasonPodMismatch, "pod %s/%s has been terminating since %s", pcr.Namespace, spec.PodName, pod.Deletion.UTC().Format(time.RFC3339)), nil
+			return deny(ReasonPodMismatch, "pod %s/%s has been terminating since %s", pcr.Namespace, spec.PodName, pod.Deletion.UTC().Format(time.RFC3339)).err()
 		}
 	}
 	if c.cfg.Accounts != nil {
 		uid, _, ok := c.cfg.Accounts.ServiceAccount(pcr.Namespace, spec.ServiceAccountName)
 		switch {
 		case !ok:
-			return d, fmt.Errorf("service account %s/%s is not in the index (yet)", pcr.Namespace, spec.ServiceAccountName)
+			return fmt.Errorf("%w: service account %s/%s is not in the index (yet)", authz.ErrUnavailable, pcr.Namespace, spec.ServiceAccountName)
 		case uid != string(spec.ServiceAccountUID):
-			return deny(ReasonPodMismatch, "service account %s/%s has uid %s, not %s", pcr.Namespace, spec.ServiceAccountName, uid, spec.ServiceAccountUID), nil
+			return deny(ReasonPodMismatch, "service account %s/%s has uid %s, not %s", pcr.Namespace, spec.ServiceAccountName, uid, spec.ServiceAccountUID).err()
 		}
 	}
-	return d, nil
+	return nil
 }
 
 // decided reports whether the request has its terminal condition.
@@ -276,7 +319,8 @@ func decided(pcr *certv1.PodCertificateRequest) bool {
 }
 
 // finish writes the decision to the request's status: the certificate
-// (issued non-nil) or a denial. It audits and counts what it wrote.
+// (issued non-nil) or a denial, and counts what it wrote (the pipeline
+// has audited it).
 func (c *Controller) finish(ctx context.Context, it *item, d decision, issued *ca.Issued) error {
 	pcr := it.PodCertificateRequest
 	now := metav1.NewTime(c.cfg.Clock.Now())
@@ -303,30 +347,8 @@ func (c *Controller) finish(ctx context.Context, it *item, d decision, issued *c
 	case err != nil:
 		return fmt.Errorf("update status of PodCertificateRequest %s/%s: %w", pcr.Namespace, pcr.Name, err)
 	}
-	c.audit(ctx, pcr, cond, issued, d)
 	c.cfg.Observer.PodCertificate(result)
 	return nil
-}
-
-// audit writes one record of a decided request. It never logs the CSR.
-func (c *Controller) audit(ctx context.Context, pcr *certv1.PodCertificateRequest, cond metav1.Condition, issued *ca.Issued, d decision) {
-	attrs := []slog.Attr{
-		slog.String("decision", strings.ToLower(cond.Type)),
-		slog.String("request", pcr.Namespace+"/"+pcr.Name),
-		slog.String("pod", pcr.Namespace+"/"+pcr.Spec.PodName),
-		slog.String("node", string(pcr.Spec.NodeName)),
-		slog.String("service_account", pcr.Namespace+"/"+pcr.Spec.ServiceAccountName),
-		slog.String("reason", cond.Reason),
-	}
-	level, msg := slog.LevelWarn, "pod certificate refused"
-	if cond.Type == certv1.PodCertificateRequestConditionTypeIssued {
-		level, msg = slog.LevelInfo, "pod certificate issued"
-		attrs = append(attrs, slog.String("identity", d.req.ID.String()),
-			slog.String("serial", issued.Cert.SerialNumber.Text(16)), slog.Time("not_after", issued.Cert.NotAfter))
-	} else {
-		attrs = append(attrs, slog.String("message", cond.Message))
-	}
-	c.cfg.Audit.LogAttrs(ctx, level, msg, attrs...)
 }
 
 // permissions is what the signer needs: to watch the signer's requests,

@@ -176,7 +176,7 @@ func TestE2E(t *testing.T) {
 		// The record is written once the status update returns, which
 		// can be after the test has read the status.
 		testwait.Eventually(t, "the audit record of the issue", func() bool {
-			return strings.Contains(audit.String(), `"msg":"pod certificate issued"`)
+			return strings.Contains(audit.String(), `"msg":"certificate issued"`)
 		})
 	})
 	t.Run("P-521 key denied as unsupported", func(t *testing.T) {
@@ -260,7 +260,7 @@ func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Aut
 	}
 	testwait.Run(t, c.Run)
 	testwait.Eventually(t, "every request audited", func() bool {
-		return strings.Count(audit.String(), `"msg":"pod certificate issued"`) >= n
+		return strings.Count(audit.String(), `"msg":"certificate issued"`) >= n
 	})
 	if !signing.overlaps.Load() {
 		t.Error("no two requests were signed at once")
@@ -274,7 +274,7 @@ func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Aut
 			t.Errorf("%s: conditions %+v, want one Issued", pcr.Name, conds)
 		}
 	}
-	if got := strings.Count(audit.String(), `"msg":"pod certificate issued"`); got != n || signing.calls.Load() != n {
+	if got := strings.Count(audit.String(), `"msg":"certificate issued"`); got != n || signing.calls.Load() != n {
 		t.Errorf("%d issue records and %d signatures for %d requests, want one each", got, signing.calls.Load(), n)
 	}
 }

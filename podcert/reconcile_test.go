@@ -23,6 +23,7 @@ import (
 	"github.com/workload-ca/workload-ca/authz/authztest"
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // signerFunc adapts a function to Signer, with a signing certificate valid
@@ -102,10 +103,10 @@ func TestReconcile(t *testing.T) {
 		accounts   Accounts
 	}{
 		{name: "issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(root, 0),
-			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "certificate issued"},
 		{name: "lasts maxExpirationSeconds even when the CA's default TTL is shorter than the hour Kubernetes requires",
 			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 7200), signer: authority(root, 30*time.Minute),
-			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued", wantValid: 2 * time.Hour},
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "certificate issued", wantValid: 2 * time.Hour},
 		{name: "the CA's certificate expires within the hour: left pending and retried, since Failed is final",
 			pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600), signer: authority(short, 0),
 			wantErr: errAny, wantFailed: 1},
@@ -125,34 +126,34 @@ func TestReconcile(t *testing.T) {
 			t.Error("signed a denied request")
 			return nil, boom
 		}),
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonInvalidUserAnnotations, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonInvalidUserAnnotations, wantAudit: "certificate request refused"},
 		{name: "already decided: left alone", pcr: issued, signer: authority(root, 0)},
 		// What a request names is what the cluster runs, or it is denied
 		// (whoever may create requests may write any of these fields).
 		{name: "pod, node and service account as the indexes show: issued", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "pod certificate issued"},
+			wantCond: certv1.PodCertificateRequestConditionTypeIssued, wantReason: "Issued", wantAudit: "certificate issued"},
 		{name: "a service account the pod does not run as: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			func(s *certv1.PodCertificateRequestSpec) {
 				s.ServiceAccountName, s.ServiceAccountUID = "admin", "uid-sa-admin"
 			}),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "certificate request refused"},
 		{name: "no such pod: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			func(s *certv1.PodCertificateRequestSpec) { s.PodUID = "uid-invented" }),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "certificate request refused"},
 		{name: "the pod runs on another node: denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			func(s *certv1.PodCertificateRequestSpec) { s.NodeName = "node-b" }),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "certificate request refused"},
 		{name: "the pod terminating for over a minute: denied", pcr: newPCR(t, "apps", "old", "web-sa", testSigner, key, 3600),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "certificate request refused"},
 		{name: "the service account created again (another uid): denied", pcr: withSpec(newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			func(s *certv1.PodCertificateRequestSpec) { s.ServiceAccountUID = "uid-sa-before" }),
 			signer: authority(root, 0), pods: pods, accounts: accounts,
-			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "pod certificate refused"},
+			wantCond: certv1.PodCertificateRequestConditionTypeDenied, wantReason: ReasonPodMismatch, wantAudit: "certificate request refused"},
 		{name: "the pod index cannot tell: retried, nothing written", pcr: newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600),
 			signer: authority(root, 0), pods: &authztest.Pods{Err: authz.ErrUnavailable}, accounts: accounts,
 			wantErr: authz.ErrUnavailable, wantFailed: 1},
@@ -191,8 +192,15 @@ func TestReconcile(t *testing.T) {
 				if n := len(client.Actions()) - 1; n != 0 { // the Get above
 					t.Errorf("%d writes, want none", n)
 				}
-				if audit.Len() != 0 || obs[ResultIssued]+obs[ResultDenied] != 0 {
-					t.Errorf("audited %q, counted %v; want no decision", audit.String(), obs)
+				// A retried attempt may leave a record of its failure
+				// (decision internal or unavailable), never a decision.
+				for _, decided := range []string{`"decision":"issued"`, `"decision":"denied"`, `"decision":"invalid"`} {
+					if strings.Contains(audit.String(), decided) {
+						t.Errorf("audited %q; want no decision", audit.String())
+					}
+				}
+				if obs[ResultIssued]+obs[ResultDenied] != 0 {
+					t.Errorf("counted %v; want no decision", obs)
 				}
 				return
 			}
@@ -217,5 +225,66 @@ func TestReconcile(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// failingWriter fails every write while failing is set.
+type failingWriter struct{ failing bool }
+
+func (w *failingWriter) Write(p []byte) (int, error) {
+	if w.failing {
+		return 0, errors.New("write audit.log: no space left on device")
+	}
+	return len(p), nil
+}
+
+// With the audit log unwritable, a pod certificate is not handed out: the
+// request stays pending (no status written), the attempt counts as
+// failed and is retried; once the log can be written, it is issued.
+func TestReconcileAuditUnwritable(t *testing.T) {
+	now := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+	root := testca.NewRoot(t, testca.P256, testca.Validity(now.Add(-time.Hour), now.Add(24*time.Hour)))
+	signer, err := ca.New(ca.Config{TrustDomain: testTD, Clock: testingclock.NewFakePassiveClock(now)}, root.Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcr := newPCR(t, "apps", "web", "web-sa", testSigner, key, 3600)
+	client := fake.NewClientset(pcr.DeepCopy())
+	disk := &failingWriter{failing: true}
+	obs := countingObserver{}
+	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: signer,
+		Audit: slog.New(slog.NewJSONHandler(disk, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	if err := store.Add(pcr.DeepCopy()); err != nil {
+		t.Fatal(err)
+	}
+	key0 := pcr.Namespace + "/" + pcr.Name
+	client.ClearActions()
+	if err := c.reconcile(context.Background(), store, key0); !errors.Is(err, issuance.ErrAuditUnwritable) {
+		t.Fatalf("reconcile with the audit log full: %v, want %v", err, issuance.ErrAuditUnwritable)
+	}
+	if n := len(client.Actions()); n != 0 {
+		t.Errorf("%d writes with the audit log full, want none", n)
+	}
+	if obs[ResultFailed] != 1 || obs[ResultIssued] != 0 {
+		t.Errorf("counted %v, want one failed attempt and nothing issued", obs)
+	}
+	disk.failing = false
+	if err := c.reconcile(context.Background(), store, key0); err != nil {
+		t.Fatalf("reconcile once the log can be written: %v", err)
+	}
+	got, err := client.CertificatesV1().PodCertificateRequests("apps").Get(context.Background(), "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status.CertificateChain == "" || obs[ResultIssued] != 1 {
+		t.Errorf("not issued once the log could be written: chain %q, counted %v", got.Status.CertificateChain, obs)
 	}
 }

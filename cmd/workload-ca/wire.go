@@ -30,6 +30,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/source"
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/podcert"
@@ -91,6 +92,7 @@ type app struct {
 	local     *cluster.Cluster
 	remotes   *cluster.Remotes
 	svc       *server.Service
+	pipeline  *issuance.Pipeline
 	serving   *server.ServingCert
 	readiness *admin.Readiness
 	grpc      *server.GRPCServer
@@ -124,7 +126,7 @@ func serve(ctx context.Context, cfg serveConfig, log, audit *slog.Logger) error 
 	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
 		return err
 	}
-	steps := []func(context.Context) error{a.loadCA, a.federate, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.buildServer, a.signPodCertificates, a.buildAdmin}
+	steps := []func(context.Context) error{a.loadCA, a.buildPipeline, a.federate, a.publishBundles, a.publishRootConfigMaps, a.keepIstiodCert, a.buildServer, a.signPodCertificates, a.buildAdmin}
 	for _, step := range steps {
 		if err := step(ctx); err != nil {
 			return err
@@ -164,6 +166,14 @@ func (a *app) loadCA(ctx context.Context) error {
 	return nil
 }
 
+// buildPipeline makes the issuance pipeline both front doors hand their
+// requests to.
+func (a *app) buildPipeline(context.Context) error {
+	var err error
+	a.pipeline, err = issuance.New(issuance.Config{Signer: a.authority, Audit: a.audit, Logger: a.log, Observer: a.metrics})
+	return err
+}
+
 // add adds components to run.
 func (a *app) add(cs ...component.Component) { a.components = append(a.components, cs...) }
 
@@ -174,7 +184,7 @@ func (a *app) signPodCertificates(context.Context) error {
 		return nil
 	}
 	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
-		Signer: a.authority, Audit: a.audit, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
+		Signer: a.authority, Pipeline: a.pipeline, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
 		Workers: a.cfg.PodCertWorkers, Pods: a.local.Pods(), Accounts: a.local.Accounts()})
 	if err != nil {
 		return err
@@ -286,8 +296,8 @@ func (a *app) buildServer(ctx context.Context) error {
 	guard := server.NewConnGuard(server.ConnGuardConfig{Deadline: a.cfg.AuthDeadline, MaxPerAddress: a.cfg.MaxUnauthPerAddr,
 		Observer: newConnMetrics(a.reg)})
 	a.svc, err = server.NewService(server.Config{Connections: guard,
-		Authenticator: a.local, Authorizer: a.local, Signer: a.authority, Logger: a.log, Audit: a.audit,
-		Observer: a.metrics, Ready: func() error { return a.readiness.Err(context.Background()) },
+		Authenticator: a.local, Authorizer: a.local, Pipeline: a.pipeline, Logger: a.log,
+		Ready:     func() error { return a.readiness.Err(context.Background()) },
 		ClusterID: a.cfg.ClusterID, Remote: remote,
 		MaxConcurrentSigns: a.cfg.MaxConcurrentSigns, QueueTimeout: a.cfg.SignQueueTimeout,
 		MaxQueued: a.cfg.MaxQueued, MaxQueuedPerNode: a.cfg.MaxQueuedPerNode,
