@@ -259,15 +259,26 @@ func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Aut
 		t.Fatal(err)
 	}
 	testwait.Run(t, c.Run)
-	testwait.Eventually(t, "every request audited", func() bool {
-		return strings.Count(audit.String(), `"msg":"certificate issued"`) >= n
+	// The pipeline audits a certificate before its status is written:
+	// wait for both.
+	var list *certv1.PodCertificateRequestList
+	testwait.Eventually(t, "every request audited and decided", func() bool {
+		if strings.Count(audit.String(), `"msg":"certificate issued"`) < n {
+			return false
+		}
+		var err error
+		if list, err = pcrs.List(t.Context(), metav1.ListOptions{}); err != nil {
+			return false
+		}
+		for _, pcr := range list.Items {
+			if len(pcr.Status.Conditions) == 0 {
+				return false
+			}
+		}
+		return true
 	})
 	if !signing.overlaps.Load() {
 		t.Error("no two requests were signed at once")
-	}
-	list, err := pcrs.List(t.Context(), metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
 	}
 	for _, pcr := range list.Items {
 		if conds := pcr.Status.Conditions; len(conds) != 1 || conds[0].Type != certv1.PodCertificateRequestConditionTypeIssued {
