@@ -1,14 +1,3 @@
-// Package federation joins the CA to other SPIFFE trust domains: it
-// serves our bundle at a SPIFFE bundle endpoint and imports the bundles of
-// the trust domains we federate with, each from its bundle endpoint or a
-// file, keeping the last good bundle when a refresh fails. go-spiffe
-// speaks the format (SPIFFE Trust Domain and Bundle specification,
-// https_web and https_spiffe profiles); the fetches are our own, bounded
-// in time and size, and every bundle imported passes CheckBundle (a few
-// CA roots, none of them ours) before it replaces the one held.
-//
-// The configuration is a small YAML file (--federation-config); see
-// docs/federation.md.
 package federation
 
 import (
