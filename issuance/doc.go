@@ -13,6 +13,6 @@
 //
 // It does not own: transport (reading tokens, headers, gRPC codes or
 // Kubernetes conditions: each door maps a result to its own answer), how a
-// caller is authenticated (authz/tokenreview), the node rule itself
-// (authz), or how a certificate is built and signed (ca).
+// caller is authenticated (authz/tokenreview), the doors' node rules (authz
+// for the gRPC door, podcert's for kubelets), or how a certificate is built and signed (ca).
 package issuance

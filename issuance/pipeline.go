@@ -183,12 +183,9 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 	if err != nil && ctx.Err() != nil {
 		answered = ctx.Err()
 	}
-	if co, ok := p.obs.(ClusterObserver); ok && r.Cluster != "" {
-		co.ClusterRequestDone(r.Cluster, o.Result)
-	}
 	caller := r.Caller.Namespace + "/" + r.Caller.ServiceAccount
 	if err != nil && o.summarized() {
-		p.obs.RequestDone(d.name, o.Result, o.Reason, took)
+		d.count(r, o, took)
 		p.refused.add(refusalKey{door: d.name, cluster: r.Cluster, caller: caller, node: r.Caller.NodeName,
 			result: o.Result, reason: o.Reason, code: d.answer(answered)}, p.clock.Now(), err.Error())
 		return nil
@@ -222,7 +219,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 			msg = Clip(msg, maxRecordedError)
 		}
 		attrs = append(attrs, slog.String("code", d.answer(answered)), slog.String("error", msg))
-		p.obs.RequestDone(d.name, o.Result, o.Reason, took)
+		d.count(r, o, took)
 		level := slog.LevelWarn
 		if o.Result == ResultInternal {
 			level = slog.LevelError
@@ -240,6 +237,14 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 		p.auditFailed(ctx, werr)
 		return werr
 	}
-	p.obs.RequestDone(d.name, o.Result, o.Reason, took)
+	d.count(r, o, took)
 	return nil
+}
+
+// count tells the observer of one request's outcome, once per request.
+func (d *Door) count(r *Request, o Outcome, took time.Duration) {
+	d.p.obs.RequestDone(d.name, o.Result, o.Reason, took)
+	if co, ok := d.p.obs.(ClusterObserver); ok && r.Cluster != "" {
+		co.ClusterRequestDone(r.Cluster, o.Result)
+	}
 }

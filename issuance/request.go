@@ -24,8 +24,9 @@ type CallerKind string
 const (
 	// CallerWorkload asks for its own identity.
 	CallerWorkload CallerKind = "workload"
-	// CallerNodeAgent (ztunnel) asks for the identities of the workloads
-	// on its node.
+	// CallerNodeAgent asks for an identity not its own, as a node agent
+	// (ztunnel) does for the workloads on its node; the node rule decides
+	// whether it is one.
 	CallerNodeAgent CallerKind = "node-agent"
 	// CallerKubelet asks, through a PodCertificateRequest, for a pod on
 	// its node.

@@ -221,16 +221,17 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 		return c.finish(ctx, it, d, nil)
 	}
 	r.Requested, r.CSR, r.TTL, r.MaxValidity = d.req.ID, d.req.CSR, d.req.TTL, d.req.MaxValidity
-	if sc := c.cfg.Signer.SigningCert(); sc.NotAfter.Sub(c.cfg.Clock.Now()) < minValidity {
-		// Checked before signing too, so that no retry signs in vain.
-		err := fmt.Errorf("%w: the signing certificate ends at %s, within the hour Kubernetes requires of a pod certificate",
-			issuance.ErrNotReady, sc.NotAfter.UTC().Format(time.RFC3339))
-		c.door.Refuse(ctx, r, err)
-		c.cfg.Observer.PodCertificate(ResultFailed)
-		return fmt.Errorf("sign PodCertificateRequest %s: %w", key, err)
-	}
 	issued, err := c.door.Issue(ctx, r, issuance.RuleFunc(func(ctx context.Context, r *issuance.Request) (spiffeid.ID, error) {
-		return r.Requested, c.checkRequester(ctx, pcr)
+		if err := c.checkRequester(ctx, pcr); err != nil {
+			return spiffeid.ID{}, err
+		}
+		// Checked before signing too (the pipeline checks what it
+		// signed), so that no retry signs in vain.
+		if sc := c.cfg.Signer.SigningCert(); sc.NotAfter.Sub(c.cfg.Clock.Now()) < minValidity {
+			return spiffeid.ID{}, fmt.Errorf("%w: the signing certificate ends at %s, within the hour Kubernetes requires of a pod certificate",
+				issuance.ErrNotReady, sc.NotAfter.UTC().Format(time.RFC3339))
+		}
+		return r.Requested, nil
 	}))
 	if err == nil {
 		return c.finish(ctx, it, d, issued)

@@ -176,8 +176,8 @@ func (s *Service) CreateCertificate(ctx context.Context, req *capb.IstioCertific
 	r := issuance.Request{Received: s.clock.Now(), Credential: issuance.CredentialX509SVID}
 	var authenticated bool
 	done := s.conns.RequestStarted(ctx)
+	defer func() { done(authenticated) }()
 	issued, err := s.guard(ctx, req, &r, &authenticated)
-	done(authenticated)
 	if err != nil {
 		return nil, refusal(ctx, classify(ctx, err))
 	}
@@ -208,21 +208,27 @@ func refusal(ctx context.Context, o outcome) error {
 // answers Internal and leaves an audit record with the panic and its
 // stack, which the caller never sees (gRPC's recovery interceptor would
 // send the stack in the status message).
+// A panic once the request is with the pipeline (in its audit handler or
+// observer) is not recorded again: the pipeline was recording it.
 func (s *Service) guard(ctx context.Context, req *capb.IstioCertificateRequest, r *issuance.Request, authenticated *bool) (issued *ca.Issued, err error) {
+	handedOver := false
 	defer func() {
 		if p := recover(); p != nil {
 			issued, err = nil, fmt.Errorf("%w: %v\n%s", issuance.ErrPanic, p, debug.Stack())
-			s.door.Refuse(ctx, *r, err)
+			if !handedOver {
+				s.door.Refuse(ctx, *r, err)
+			}
 		}
 	}()
-	return s.createCertificate(ctx, req, r, authenticated)
+	return s.createCertificate(ctx, req, r, authenticated, &handedOver)
 }
 
 // createCertificate turns the gRPC request into r, authenticating its
 // caller in the cluster it names, and hands it to the pipeline; what it
 // refuses before then it records through the door too.
-func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertificateRequest, r *issuance.Request, authenticated *bool) (*ca.Issued, error) {
+func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertificateRequest, r *issuance.Request, authenticated, handedOver *bool) (*ca.Issued, error) {
 	refuse := func(err error) (*ca.Issued, error) {
+		*handedOver = true
 		s.door.Refuse(ctx, *r, err)
 		return nil, err
 	}
@@ -263,6 +269,7 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	}
 	r.TTL = seconds(req.GetValidityDuration())
 	r.Admit = func(ctx context.Context, sign func() error) error { return s.cpu.do(ctx, flow, true, sign) }
+	*handedOver = true
 	return s.door.Issue(ctx, *r, cl)
 }
 

@@ -14,8 +14,8 @@ import (
 // minRetryAfter is the least time an overloaded caller is told to wait.
 const minRetryAfter = 100 * time.Millisecond
 
-// outcome classifies an error for the caller, the logs and the metrics. It is
-// the one place where errors become gRPC codes.
+// outcome is what the caller is answered: the one place where results
+// (issuance.Classify) become gRPC codes and messages.
 type outcome struct {
 	// retryAfter, for an overload, is when the caller should come back
 	// (grpc-retry-pushback-ms and a RetryInfo detail); zero otherwise.
