@@ -89,17 +89,19 @@ func (nopObserver) RequestDone(string, string, string, time.Duration) {}
 type Door struct {
 	p    *Pipeline
 	name string
-	// answer is what the door answers an error with (a gRPC code, a
+	// answer is what the door answers a refusal with (a gRPC code, a
 	// condition's reason), for the record's code.
-	answer func(error) string
+	answer func(Outcome, error) string
 }
 
 // Door returns the way in of the door called name (a Door* constant, the
 // records' door and the metrics' door label); answer says what the door
-// answers an error with, for the records (nil: nothing).
-func (p *Pipeline) Door(name string, answer func(err error) string) *Door {
+// answers a refusal with, given its outcome and its error (the caller's
+// ended context's, when that decided the outcome), for the records (nil:
+// nothing).
+func (p *Pipeline) Door(name string, answer func(o Outcome, err error) string) *Door {
 	if answer == nil {
-		answer = func(error) string { return "" }
+		answer = func(Outcome, error) string { return "" }
 	}
 	return &Door{p: p, name: name, answer: answer}
 }
@@ -187,7 +189,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 	if err != nil && o.summarized() {
 		d.count(r, o, took)
 		p.refused.add(refusalKey{door: d.name, cluster: r.Cluster, caller: caller, node: r.Caller.NodeName,
-			result: o.Result, reason: o.Reason, code: d.answer(answered)}, p.clock.Now(), err.Error())
+			result: o.Result, reason: o.Reason, code: d.answer(o, answered)}, p.clock.Now(), err.Error())
 		return nil
 	}
 	attrs := make([]slog.Attr, 0, 14)
@@ -218,7 +220,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 		if o.Result != ResultInternal { // a bug's record keeps its whole stack
 			msg = Clip(msg, maxRecordedError)
 		}
-		attrs = append(attrs, slog.String("code", d.answer(answered)), slog.String("error", msg))
+		attrs = append(attrs, slog.String("code", d.answer(o, answered)), slog.String("error", msg))
 		d.count(r, o, took)
 		level := slog.LevelWarn
 		if o.Result == ResultInternal {

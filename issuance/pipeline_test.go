@@ -127,7 +127,7 @@ func TestDoors(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			d := p.Door(tt.door, func(error) string { return "answer" })
+			d := p.Door(tt.door, func(issuance.Outcome, error) string { return "answer" })
 			admitted := false
 			r := issuance.Request{Caller: caller, CallerKind: issuance.CallerWorkload, CSR: csr(t), MinValidity: tt.min}
 			if tt.admit {

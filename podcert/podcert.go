@@ -252,11 +252,16 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 // err, and whether that refusal is final; a refusal that is not final is
 // retried with backoff.
 func condition(err error) (reason string, final bool) {
+	return conditionOf(issuance.Classify(context.Background(), err), err)
+}
+
+// conditionOf is condition for a refusal whose outcome is known.
+func conditionOf(o issuance.Outcome, err error) (reason string, final bool) {
 	var d *denial
 	if errors.As(err, &d) {
 		return d.reason, true
 	}
-	switch issuance.Classify(context.Background(), err).Result {
+	switch o.Result {
 	case issuance.ResultInvalid:
 		return ReasonInvalidRequest, true
 	case issuance.ResultDenied:
@@ -267,8 +272,8 @@ func condition(err error) (reason string, final bool) {
 
 // answer is what the door answers a refusal with, for the audit record:
 // the Denied condition's reason, or "Retried".
-func answer(err error) string {
-	if reason, final := condition(err); final {
+func answer(o issuance.Outcome, err error) string {
+	if reason, final := conditionOf(o, err); final {
 		return reason
 	}
 	return "Retried"

@@ -33,10 +33,14 @@ type outcome struct {
 // (issuance.Classify, the one place errors become results) decides the
 // code, and the caller is told little about why auth failed.
 func classify(ctx context.Context, err error) outcome {
-	io := issuance.Classify(ctx, err)
 	if err != nil && ctx.Err() != nil {
 		err = ctx.Err()
 	}
+	return outcomeOf(issuance.Classify(ctx, err), err)
+}
+
+// outcomeOf is the answer to a request that came to io with err.
+func outcomeOf(io issuance.Outcome, err error) outcome {
 	o := outcome{result: io.Result, reason: authz.Reason(io.Reason)}
 	switch io.Result {
 	case issuance.ResultIssued:
@@ -68,4 +72,4 @@ func classify(ctx context.Context, err error) outcome {
 }
 
 // answer is the code a refusal is answered with, for the audit record.
-func answer(err error) string { return classify(context.Background(), err).code.String() }
+func answer(io issuance.Outcome, err error) string { return outcomeOf(io, err).code.String() }
