@@ -28,6 +28,16 @@ func (c Caller) ID(td spiffeid.TrustDomain) (spiffeid.ID, error) {
 	return WorkloadID(td, c.Namespace, c.ServiceAccount)
 }
 
+// Owns reports whether id is the caller's own identity,
+// spiffe://<id's trust domain>/ns/<namespace>/sa/<service account>,
+// without building it: a node agent asks this of every request.
+func (c Caller) Owns(id spiffeid.ID) bool {
+	p, ns, sa := id.Path(), c.Namespace, c.ServiceAccount
+	return ns != "" && sa != "" && len(p) == len("/ns/")+len(ns)+len("/sa/")+len(sa) &&
+		p[:len("/ns/")] == "/ns/" && p[len("/ns/"):len("/ns/")+len(ns)] == ns &&
+		p[len("/ns/")+len(ns):len("/ns/")+len(ns)+len("/sa/")] == "/sa/" && p[len(p)-len(sa):] == sa
+}
+
 // String names the caller for logs: ns/sa (pod).
 func (c Caller) String() string {
 	if c.PodName == "" {

@@ -63,3 +63,30 @@ func FuzzWorkload(f *testing.F) {
 		}
 	})
 }
+
+func TestCallerOwns(t *testing.T) {
+	web := Caller{Namespace: "apps", ServiceAccount: "web"}
+	tests := []struct {
+		name   string
+		caller Caller
+		id     string
+		want   bool
+	}{
+		{"its own identity", web, "spiffe://cluster.local/ns/apps/sa/web", true},
+		{"its own identity in another trust domain", web, "spiffe://other.example/ns/apps/sa/web", true},
+		{"another service account", web, "spiffe://cluster.local/ns/apps/sa/db", false},
+		{"another namespace", web, "spiffe://cluster.local/ns/app/sa/web", false},
+		{"a longer service account name", web, "spiffe://cluster.local/ns/apps/sa/webx", false},
+		{"namespace and account swapped", Caller{Namespace: "sa", ServiceAccount: "ns"}, "spiffe://cluster.local/ns/sa/sa/ns", true},
+		{"not a workload identity", web, "spiffe://cluster.local/apps/web", false},
+		{"a caller without a name", Caller{}, "spiffe://cluster.local/ns/apps/sa/web", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			id := spiffeid.RequireFromString(tt.id)
+			if got := tt.caller.Owns(id); got != tt.want {
+				t.Errorf("%+v.Owns(%s) = %v, want %v", tt.caller, id, got, tt.want)
+			}
+		})
+	}
+}

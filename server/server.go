@@ -255,10 +255,8 @@ func (s *Service) createCertificate(ctx context.Context, req *capb.IstioCertific
 	}
 	*authenticated = true
 	r.CallerKind = issuance.CallerWorkload
-	if !requested.IsZero() {
-		if own, err := r.Caller.ID(requested.TrustDomain()); err != nil || own != requested {
-			r.CallerKind = issuance.CallerNodeAgent
-		}
+	if !requested.IsZero() && !r.Caller.Owns(requested) {
+		r.CallerKind = issuance.CallerNodeAgent
 	}
 	if reqErr != nil {
 		return refuse(reqErr)
