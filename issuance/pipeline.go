@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
@@ -43,12 +44,16 @@ type Config struct {
 	Logger   *slog.Logger
 	Observer Observer
 	Clock    clock.PassiveClock
+	// Policy, if set, decides every request a door's rule granted; nil
+	// lets the rule's grant stand.
+	Policy Policy
 }
 
 // Pipeline authorizes, signs, audits and counts the requests of every
 // door.
 type Pipeline struct {
 	signer  Signer
+	policy  Policy
 	audit   *slog.Logger
 	obs     Observer
 	clock   clock.PassiveClock
@@ -64,7 +69,7 @@ func New(cfg Config) (*Pipeline, error) {
 	if cfg.Signer == nil {
 		return nil, errors.New("issuance: a signer is required")
 	}
-	p := &Pipeline{signer: cfg.Signer, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock, log: cfg.Logger}
+	p := &Pipeline{signer: cfg.Signer, policy: cfg.Policy, audit: cfg.Audit, obs: cfg.Observer, clock: cfg.Clock, log: cfg.Logger}
 	if p.log == nil {
 		p.log = slog.New(slog.DiscardHandler)
 	}
@@ -114,35 +119,46 @@ func (d *Door) Issue(ctx context.Context, r Request, rule Rule) (*ca.Issued, err
 	if r.Received.IsZero() {
 		r.Received = d.p.clock.Now()
 	}
-	granted, issued, err := d.decide(ctx, &r, rule)
+	var v Verdict
+	granted, issued, err := d.decide(ctx, &r, rule, &v)
 	if err != nil {
-		_ = d.record(ctx, &r, granted, nil, err)
+		_ = d.record(ctx, &r, granted, &v, nil, err)
 		return nil, err
 	}
-	if werr := d.record(ctx, &r, granted, issued, nil); werr != nil {
+	if werr := d.record(ctx, &r, granted, &v, issued, nil); werr != nil {
 		// Signed, but not handed out: a certificate without its audit
 		// record would be one nobody can account for. The CA fails
 		// closed while the audit log cannot be written.
 		err = fmt.Errorf("%w: %w", ErrAuditUnwritable, werr)
-		_ = d.record(ctx, &r, granted, nil, err)
+		_ = d.record(ctx, &r, granted, &v, nil, err)
 		return nil, err
 	}
 	return issued, nil
 }
 
-// decide grants and signs; a panic becomes an error (ErrPanic, with its
-// stack for the record, never for the caller).
-func (d *Door) decide(ctx context.Context, r *Request, rule Rule) (granted spiffeid.ID, issued *ca.Issued, err error) {
+// decide grants, asks the policy (its verdict into v) and signs; a panic
+// becomes an error (ErrPanic, with its stack for the record, never for the
+// caller).
+func (d *Door) decide(ctx context.Context, r *Request, rule Rule, v *Verdict) (granted spiffeid.ID, issued *ca.Issued, err error) {
 	defer func() {
-		if v := recover(); v != nil {
-			issued, err = nil, fmt.Errorf("%w: %v\n%s", ErrPanic, v, debug.Stack())
+		if rec := recover(); rec != nil {
+			issued, err = nil, fmt.Errorf("%w: %v\n%s", ErrPanic, rec, debug.Stack())
 		}
 	}()
 	if granted, err = rule.Grant(ctx, r); err != nil {
 		return granted, nil, err
 	}
+	maxValidity := r.MaxValidity
+	if d.p.policy != nil {
+		if *v, err = d.p.policy.Decide(ctx, d.name, r, granted); err != nil {
+			return granted, nil, err
+		}
+		if v.MaxValidity > 0 && (maxValidity == 0 || v.MaxValidity < maxValidity) {
+			maxValidity = v.MaxValidity
+		}
+	}
 	sign := func() (err error) {
-		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: r.MaxValidity})
+		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: maxValidity})
 		return err
 	}
 	if r.Admit != nil {
@@ -167,7 +183,7 @@ func (d *Door) Refuse(ctx context.Context, r Request, err error) {
 	if r.Received.IsZero() {
 		r.Received = d.p.clock.Now()
 	}
-	_ = d.record(ctx, &r, spiffeid.ID{}, nil, err)
+	_ = d.record(ctx, &r, spiffeid.ID{}, nil, nil, err)
 }
 
 // record writes the audit record of a decision and reports it to the
@@ -177,7 +193,7 @@ func (d *Door) Refuse(ctx context.Context, r Request, err error) {
 // The error is that of writing an issuance's record, which the door must
 // not hand out the certificate without (the observer then hears nothing:
 // Issue records the refusal instead).
-func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issued *ca.Issued, err error) error {
+func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, v *Verdict, issued *ca.Issued, err error) error {
 	p := d.p
 	o := Classify(ctx, err)
 	took := p.clock.Since(r.Received)
@@ -192,7 +208,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 			result: o.Result, reason: o.Reason, code: d.answer(o, answered)}, p.clock.Now(), err.Error())
 		return nil
 	}
-	attrs := make([]slog.Attr, 0, 14)
+	attrs := make([]slog.Attr, 0, 16)
 	attrs = append(attrs,
 		slog.String("door", d.name),
 		slog.String("decision", o.Result),
@@ -212,6 +228,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, issu
 	if !r.Requested.IsZero() {
 		attrs = append(attrs, slog.String("requested", Clip(r.Requested.String(), maxRecordedID)))
 	}
+	attrs = appendPolicy(attrs, v, err)
 	if err != nil {
 		if o.Reason != "" {
 			attrs = append(attrs, slog.String("reason", o.Reason))
@@ -249,4 +266,21 @@ func (d *Door) count(r *Request, o Outcome, took time.Duration) {
 	if co, ok := d.p.obs.(ClusterObserver); ok && r.Cluster != "" {
 		co.ClusterRequestDone(r.Cluster, o.Result)
 	}
+}
+
+// appendPolicy adds what issuance policies decided of a request to its
+// record: the policy that refused it, or those that lowered its lifetime,
+// and those that would have refused it were they not in dry-run mode.
+func appendPolicy(attrs []slog.Attr, v *Verdict, err error) []slog.Attr {
+	var pe *PolicyError
+	switch {
+	case errors.As(err, &pe):
+		attrs = append(attrs, slog.String("policy", pe.Policy))
+	case v != nil && len(v.Lowered) > 0:
+		attrs = append(attrs, slog.String("policy", strings.Join(v.Lowered, ",")))
+	}
+	if v != nil && len(v.WouldDeny) > 0 {
+		attrs = append(attrs, slog.String("policy_dry_run_denied", strings.Join(v.WouldDeny, ",")))
+	}
+	return attrs
 }

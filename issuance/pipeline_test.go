@@ -97,6 +97,8 @@ func TestDoors(t *testing.T) {
 		wantRec  map[string]any
 		wantObs  string
 		noRecord bool // summarized, not recorded one by one
+		policy   issuance.Policy
+		wantLife time.Duration // issued: its lifetime at most
 	}{
 		{name: "issued through the gRPC door", door: issuance.DoorGRPC, rule: grant(web, nil),
 			wantMsg: "certificate issued", wantObs: "grpc/issued/",
@@ -113,6 +115,18 @@ func TestDoors(t *testing.T) {
 			wantErr: issuance.ErrTooShort, wantObs: "podcert/unavailable/", noRecord: true},
 		{name: "audit log unwritable: not handed out", door: issuance.DoorPodCertificate, rule: grant(web, nil), full: true,
 			wantErr: issuance.ErrAuditUnwritable, wantObs: "podcert/unavailable/", noRecord: true},
+		{name: "denied by a policy, named", door: issuance.DoorPodCertificate, rule: grant(web, nil),
+			policy:  verdict(issuance.Verdict{}, &issuance.PolicyError{Policy: "no-web", Message: "not web"}),
+			wantErr: &issuance.PolicyError{}, wantMsg: "certificate request refused", wantObs: "podcert/denied/policy-denied",
+			wantRec: map[string]any{"decision": "denied", "reason": "policy-denied", "policy": "no-web", "error": `denied by issuance policy "no-web": not web`}},
+		{name: "a policy that cannot decide: recorded, not summarized", door: issuance.DoorGRPC, rule: grant(web, nil),
+			policy:  verdict(issuance.Verdict{}, &issuance.PolicyError{Policy: "broken", Message: "it does not compile", Err: issuance.ErrPolicyUnavailable}),
+			wantErr: issuance.ErrPolicyUnavailable, wantMsg: "certificate request refused", wantObs: "grpc/unavailable/policy-unavailable",
+			wantRec: map[string]any{"decision": "unavailable", "reason": "policy-unavailable", "policy": "broken"}},
+		{name: "a policy lowers the lifetime", door: issuance.DoorGRPC, rule: grant(web, nil),
+			policy:  verdict(issuance.Verdict{MaxValidity: 10 * time.Minute, Lowered: []string{"short"}, WouldDeny: []string{"dry"}}, nil),
+			wantMsg: "certificate issued", wantObs: "grpc/issued/", wantLife: 10 * time.Minute,
+			wantRec: map[string]any{"policy": "short", "policy_dry_run_denied": "dry"}},
 		{name: "a panicking rule is a bug, answered and recorded as one", door: issuance.DoorGRPC,
 			rule:    issuance.RuleFunc(func(context.Context, *issuance.Request) (spiffeid.ID, error) { panic("boom") }),
 			wantErr: issuance.ErrPanic, wantMsg: "certificate request refused", wantObs: "grpc/internal/",
@@ -123,7 +137,7 @@ func TestDoors(t *testing.T) {
 			log := &disk{full: tt.full}
 			var obs observed
 			p, err := issuance.New(issuance.Config{Signer: authority, Audit: slog.New(slog.NewJSONHandler(log, nil)), Observer: &obs,
-				Clock: testingclock.NewFakePassiveClock(now)})
+				Clock: testingclock.NewFakePassiveClock(now), Policy: tt.policy})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -139,8 +153,10 @@ func TestDoors(t *testing.T) {
 				t.Fatalf("Issue: %v, want a certificate", err)
 			case tt.wantErr != nil && issued != nil:
 				t.Fatalf("Issue returned a certificate, want %v", tt.wantErr)
-			case tt.wantErr != nil && !errors.Is(err, tt.wantErr) && !errors.As(err, new(*authz.DenyError)):
+			case tt.wantErr != nil && !errors.Is(err, tt.wantErr) && !errors.As(err, new(*authz.DenyError)) && !errors.As(err, new(*issuance.PolicyError)):
 				t.Fatalf("Issue: %v, want %v", err, tt.wantErr)
+			case tt.wantLife > 0 && issued.Cert.NotAfter.Sub(now) > tt.wantLife:
+				t.Errorf("issued until %v, want at most %v from now", issued.Cert.NotAfter, tt.wantLife)
 			}
 			if tt.admit && !admitted {
 				t.Error("signed outside the door's bounds (Admit)")
@@ -171,6 +187,17 @@ func TestDoors(t *testing.T) {
 			}
 		})
 	}
+}
+
+// verdict is a policy that decides every request the same way.
+func verdict(v issuance.Verdict, err error) issuance.Policy {
+	return policyFunc(func() (issuance.Verdict, error) { return v, err })
+}
+
+type policyFunc func() (issuance.Verdict, error)
+
+func (f policyFunc) Decide(context.Context, string, *issuance.Request, spiffeid.ID) (issuance.Verdict, error) {
+	return f()
 }
 
 // A request whose caller went away is counted as canceled, whatever step

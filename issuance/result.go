@@ -56,11 +56,17 @@ func Classify(ctx context.Context, err error) Outcome {
 		err = ctx.Err()
 	}
 	var deny *authz.DenyError
+	var policy *PolicyError
 	switch {
 	case err == nil:
 		return Outcome{Result: ResultIssued}
 	case errors.Is(err, authz.ErrUnauthenticated):
 		return Outcome{Result: ResultUnauthenticated}
+	case errors.As(err, &policy):
+		if errors.Is(err, ErrPolicyUnavailable) {
+			return Outcome{Result: ResultUnavailable, Reason: ReasonPolicyUnavailable}
+		}
+		return Outcome{Result: ResultDenied, Reason: ReasonPolicyDenied}
 	case errors.As(err, &deny):
 		return Outcome{Result: ResultDenied, Reason: string(deny.Reason)}
 	case errors.Is(err, ca.ErrForeignTrustDomain):
@@ -84,5 +90,10 @@ func Classify(ctx context.Context, err error) Outcome {
 // about the caller, or one of a caller who did not authenticate: counted
 // in a summary, not recorded one by one (see refusals).
 func (o Outcome) summarized() bool {
+	if o.Reason == ReasonPolicyUnavailable {
+		// An operator's policy decided to refuse: recorded as a
+		// denial is.
+		return false
+	}
 	return o.Result == ResultUnavailable || o.Result == ResultCanceled || o.Result == ResultUnauthenticated
 }

@@ -49,11 +49,19 @@ func outcomeOf(io issuance.Outcome, err error) outcome {
 		o.code, o.message = codes.Unauthenticated, "authentication failed"
 	case issuance.ResultDenied:
 		o.code, o.message = codes.PermissionDenied, "identity not permitted: "+io.Reason
+		if pe := (*issuance.PolicyError)(nil); errors.As(err, &pe) {
+			// The operator's own policy: its name and message tell
+			// the node agent's operator what to change.
+			o.message = "identity not permitted: " + pe.Error()
+		}
 	case issuance.ResultInvalid:
 		// The caller's own input: the full message helps them fix it.
 		o.code, o.message = codes.InvalidArgument, err.Error()
 	case issuance.ResultUnavailable:
 		o.code, o.message = codes.Unavailable, "certificate authority temporarily unavailable"
+		if pe := (*issuance.PolicyError)(nil); errors.As(err, &pe) {
+			o.message = "certificate authority temporarily unavailable: " + pe.Error()
+		}
 		if io.Reason == issuance.ReasonOverloaded {
 			o.message = "certificate authority overloaded, retry later"
 			if oe := (*authz.OverloadError)(nil); errors.As(err, &oe) {
