@@ -1,0 +1,38 @@
+package policy
+
+import (
+	"fmt"
+	"testing"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/workload-ca/workload-ca/issuance"
+)
+
+// BenchmarkDecide is the cost of the policies to one request a node agent
+// asks for: none installed, one that selects it, and fifty of which one
+// selects it (the others select other namespaces by label).
+func BenchmarkDecide(b *testing.B) {
+	c, _ := NewCompiler()
+	for _, n := range []int{0, 1, 50} {
+		var ps []*Compiled
+		for i := range n {
+			ps = append(ps, c.Compile(pol(fmt.Sprintf("team-%02d", i), Spec{
+				Match:       Match{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": fmt.Sprintf("team-%02d", i)}}},
+				Validations: []Validation{{Expression: "identityServiceAccount != 'default'"}},
+				MaxTTL:      "duration('1h')",
+			})))
+		}
+		labels := fakeLabels{namespaces: map[string]map[string]string{"payments": {"team": "team-00"}}}
+		set := NewSet(ps, SetConfig{Labels: labels, Tally: &Tally{}})
+		r, id := req("payments", "api", "node-a", issuance.CallerNodeAgent)
+		b.Run(fmt.Sprintf("policies=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for b.Loop() {
+				if _, err := set.Decide(b.Context(), issuance.DoorGRPC, r, id); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,206 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"path"
+	"slices"
+	"sort"
+
+	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/ext"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Bounds of a policy: an expression's length and cost, and how many of
+// each field a policy may have. The custom resource's schema holds the
+// same; they are checked here too, for the resource is input the CA does
+// not trust blindly.
+const (
+	MaxExpressionLength = 4096
+	MaxMatchConditions  = 8
+	MaxValidations      = 16
+	MaxMatchValues      = 64
+	MaxMessageLength    = 512
+	// MaxCost bounds one expression's evaluation (cel-go's cost units:
+	// about one per operation, and per byte of a string compared).
+	MaxCost = 100_000
+)
+
+// The variables an expression sees: the request, the identity it was
+// granted, and the labels of its namespace and node (looked up only when
+// an expression reads them).
+var variables = []cel.EnvOption{
+	cel.Variable("door", cel.StringType),
+	cel.Variable("cluster", cel.StringType),
+	cel.Variable("callerKind", cel.StringType),
+	cel.Variable("callerNamespace", cel.StringType),
+	cel.Variable("callerServiceAccount", cel.StringType),
+	cel.Variable("credential", cel.StringType),
+	cel.Variable("identity", cel.StringType),
+	cel.Variable("trustDomain", cel.StringType),
+	cel.Variable("identityNamespace", cel.StringType),
+	cel.Variable("identityServiceAccount", cel.StringType),
+	cel.Variable("pod", cel.StringType),
+	cel.Variable("node", cel.StringType),
+	cel.Variable("ttl", cel.DurationType),
+	cel.Variable("namespaceLabels", cel.MapType(cel.StringType, cel.StringType)),
+	cel.Variable("nodeLabels", cel.MapType(cel.StringType, cel.StringType)),
+}
+
+// Compiler compiles policies; one is shared by all of them.
+type Compiler struct {
+	env *cel.Env
+}
+
+// NewCompiler returns a compiler.
+func NewCompiler() (*Compiler, error) {
+	opts := append([]cel.EnvOption{ext.Strings(), cel.OptionalTypes()}, variables...)
+	env, err := cel.NewEnv(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("policy: CEL environment: %w", err)
+	}
+	return &Compiler{env: env}, nil
+}
+
+// Compiled is a policy ready to decide, or the reason it is not (Err):
+// then it refuses, as unavailable, what its Match selects.
+type Compiled struct {
+	Name       string
+	Generation int64
+	DryRun     bool
+	Err        error
+
+	doors, clusters []string
+	identities      []string
+	namespaces      labels.Selector // nil: every namespace
+	conditions      []program
+	validations     []program
+	maxTTL          *program
+}
+
+type program struct {
+	source  string // the field, for messages: validations[2]
+	message string
+	prg     cel.Program
+}
+
+// Compile compiles p. It never fails: a policy that does not compile
+// comes back with Err set, and selects by what of Match could be read.
+func (c *Compiler) Compile(p *IssuancePolicy) *Compiled {
+	out := &Compiled{Name: p.Name, Generation: p.Generation, DryRun: p.Spec.DryRun}
+	m := p.Spec.Match
+	out.doors, out.clusters, out.identities = m.Doors, m.Clusters, m.Identities
+	var errs []error
+	if err := checkMatch(m); err != nil {
+		errs = append(errs, err)
+	}
+	if m.NamespaceSelector != nil {
+		sel, err := metav1.LabelSelectorAsSelector(m.NamespaceSelector)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("match.namespaceSelector: %w", err))
+		} else if !sel.Empty() {
+			out.namespaces = sel
+		}
+	}
+	if len(p.Spec.MatchConditions) > MaxMatchConditions {
+		errs = append(errs, fmt.Errorf("matchConditions: %d, at most %d", len(p.Spec.MatchConditions), MaxMatchConditions))
+	}
+	for i, mc := range p.Spec.MatchConditions {
+		prg, err := c.program(fmt.Sprintf("matchConditions[%d] (%s)", i, mc.Name), mc.Expression, cel.BoolType)
+		errs = append(errs, err)
+		out.conditions = append(out.conditions, prg)
+	}
+	if len(p.Spec.Validations) > MaxValidations {
+		errs = append(errs, fmt.Errorf("validations: %d, at most %d", len(p.Spec.Validations), MaxValidations))
+	}
+	for i, v := range p.Spec.Validations {
+		prg, err := c.program(fmt.Sprintf("validations[%d]", i), v.Expression, cel.BoolType)
+		errs = append(errs, err)
+		if len(v.Message) > MaxMessageLength {
+			errs = append(errs, fmt.Errorf("validations[%d].message: %d bytes, at most %d", i, len(v.Message), MaxMessageLength))
+		}
+		prg.message = v.Message
+		if prg.message == "" {
+			prg.message = "failed " + v.Expression
+		}
+		out.validations = append(out.validations, prg)
+	}
+	if p.Spec.MaxTTL != "" {
+		prg, err := c.program("maxTTL", p.Spec.MaxTTL, cel.DurationType)
+		errs = append(errs, err)
+		out.maxTTL = &prg
+	}
+	out.Err = errors.Join(errs...)
+	return out
+}
+
+// program compiles one expression that must yield want.
+func (c *Compiler) program(source, expr string, want *cel.Type) (program, error) {
+	p := program{source: source}
+	if len(expr) > MaxExpressionLength {
+		return p, fmt.Errorf("%s: %d bytes, at most %d", source, len(expr), MaxExpressionLength)
+	}
+	ast, iss := c.env.Compile(expr)
+	if iss.Err() != nil {
+		return p, fmt.Errorf("%s: %w", source, iss.Err())
+	}
+	if !ast.OutputType().IsExactType(want) {
+		return p, fmt.Errorf("%s: yields %s, not %s", source, ast.OutputType(), want)
+	}
+	prg, err := c.env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+	if err != nil {
+		return p, fmt.Errorf("%s: %w", source, err)
+	}
+	p.prg = prg
+	return p, nil
+}
+
+// checkMatch checks Match's lists: bounded, known doors, well-formed
+// patterns.
+func checkMatch(m Match) error {
+	var errs []error
+	for name, list := range map[string][]string{"doors": m.Doors, "clusters": m.Clusters, "identities": m.Identities} {
+		if len(list) > MaxMatchValues {
+			errs = append(errs, fmt.Errorf("match.%s: %d values, at most %d", name, len(list), MaxMatchValues))
+		}
+	}
+	for _, d := range m.Doors {
+		if d != "grpc" && d != "podcert" {
+			errs = append(errs, fmt.Errorf("match.doors: %q is not a door (grpc, podcert)", d))
+		}
+	}
+	for _, id := range m.Identities {
+		if _, err := path.Match(id, ""); err != nil {
+			errs = append(errs, fmt.Errorf("match.identities: %q: %w", id, err))
+		}
+	}
+	sort.Slice(errs, func(i, j int) bool { return errs[i].Error() < errs[j].Error() })
+	return errors.Join(errs...)
+}
+
+// selects reports whether the policy's Match selects a request, given
+// what it names; namespaceLabels is asked only when a selector needs it.
+func (c *Compiled) selects(door, cluster, identity string, namespaceLabels func() (labels.Set, error)) (bool, error) {
+	if len(c.doors) > 0 && !slices.Contains(c.doors, door) {
+		return false, nil
+	}
+	if len(c.clusters) > 0 && !slices.Contains(c.clusters, cluster) {
+		return false, nil
+	}
+	if len(c.identities) > 0 && !slices.ContainsFunc(c.identities, func(p string) bool {
+		ok, _ := path.Match(p, identity)
+		return ok
+	}) {
+		return false, nil
+	}
+	if c.namespaces == nil {
+		return true, nil
+	}
+	set, err := namespaceLabels()
+	if err != nil {
+		return false, err
+	}
+	return c.namespaces.Matches(set), nil
+}

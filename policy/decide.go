@@ -1,0 +1,337 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/cel-go/common/types"
+	"github.com/google/cel-go/common/types/ref"
+	"github.com/google/cel-go/interpreter"
+	"github.com/spiffe/go-spiffe/v2/spiffeid"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/workload-ca/workload-ca/issuance"
+)
+
+// Labels looks up the labels of a cluster's namespaces and nodes. An
+// object that does not exist has none; an error (wrapping
+// issuance.ErrPolicyUnavailable or not) means they are not known now.
+type Labels interface {
+	NamespaceLabels(cluster, name string) (map[string]string, error)
+	NodeLabels(cluster, name string) (map[string]string, error)
+}
+
+// Observer is told of every decision of a policy, for metrics.
+type Observer interface {
+	PolicyDecided(policy, decision string)
+}
+
+// The decisions, as Observer hears them.
+const (
+	DecisionAllowed     = "allowed"
+	DecisionDenied      = "denied"
+	DecisionWouldDeny   = "would-deny"
+	DecisionUnavailable = "unavailable"
+	DecisionTTLCapped   = "ttl-capped"
+)
+
+// Tally counts each policy's decisions, by name, until they are taken (to
+// be added to its status); it outlives the Sets built with it.
+type Tally struct {
+	mu     sync.Mutex
+	counts map[string]*counts
+}
+
+type counts struct {
+	selected, denied, wouldDeny, unavailable, ttlCapped atomic.Int64
+}
+
+func (t *Tally) of(name string) *counts {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.counts == nil {
+		t.counts = map[string]*counts{}
+	}
+	c, ok := t.counts[name]
+	if !ok {
+		c = &counts{}
+		t.counts[name] = c
+	}
+	return c
+}
+
+// Take returns the counts since the last Take, by policy name, and starts
+// again from zero; a policy that decided nothing is left out.
+func (t *Tally) Take() map[string]Decisions {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := map[string]Decisions{}
+	for name, c := range t.counts {
+		d := Decisions{Selected: c.selected.Swap(0), Denied: c.denied.Swap(0), WouldDeny: c.wouldDeny.Swap(0),
+			Unavailable: c.unavailable.Swap(0), TTLCapped: c.ttlCapped.Swap(0)}
+		if d != (Decisions{}) {
+			out[name] = d
+		}
+	}
+	return out
+}
+
+// Forget drops the counts of a policy that is gone.
+func (t *Tally) Forget(name string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.counts, name)
+}
+
+// Set is every policy installed, in name order: an issuance.Policy.
+type Set struct {
+	policies []entry
+	labels   Labels
+	obs      Observer
+}
+
+type entry struct {
+	*Compiled
+	counts *counts
+}
+
+// SetConfig is what a Set needs besides its policies. Tally is required.
+type SetConfig struct {
+	Labels   Labels
+	Tally    *Tally
+	Observer Observer
+}
+
+// NewSet returns the set of policies, which must be in name order.
+func NewSet(policies []*Compiled, cfg SetConfig) *Set {
+	s := &Set{labels: cfg.Labels, obs: cfg.Observer}
+	if s.obs == nil {
+		s.obs = nopObserver{}
+	}
+	if s.labels == nil {
+		s.labels = noLabels{}
+	}
+	for _, p := range policies {
+		s.policies = append(s.policies, entry{Compiled: p, counts: cfg.Tally.of(p.Name)})
+	}
+	return s
+}
+
+type nopObserver struct{}
+
+func (nopObserver) PolicyDecided(string, string) {}
+
+type noLabels struct{}
+
+var errNoLabels = fmt.Errorf("%w: labels are not watched", issuance.ErrPolicyUnavailable)
+
+func (noLabels) NamespaceLabels(string, string) (map[string]string, error) { return nil, errNoLabels }
+func (noLabels) NodeLabels(string, string) (map[string]string, error)      { return nil, errNoLabels }
+
+// Len is the number of policies.
+func (s *Set) Len() int { return len(s.policies) }
+
+// Decide decides r, granted identity granted, at door: every policy that
+// selects it, in name order, until one refuses it.
+func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, granted spiffeid.ID) (issuance.Verdict, error) {
+	var v issuance.Verdict
+	if len(s.policies) == 0 {
+		return v, nil
+	}
+	in := newInput(door, r, granted, s.labels)
+	for i := range s.policies {
+		e := &s.policies[i]
+		refusal := e.decide(ctx, in, &v)
+		if refusal == nil {
+			continue
+		}
+		decision := DecisionDenied
+		if errors.Is(refusal, issuance.ErrPolicyUnavailable) {
+			decision = DecisionUnavailable
+			e.counts.unavailable.Add(1)
+		}
+		if e.DryRun {
+			decision = DecisionWouldDeny
+			e.counts.wouldDeny.Add(1)
+			v.WouldDeny = append(v.WouldDeny, e.Name)
+			s.obs.PolicyDecided(e.Name, decision)
+			continue
+		}
+		if decision == DecisionDenied {
+			e.counts.denied.Add(1)
+		}
+		s.obs.PolicyDecided(e.Name, decision)
+		return v, refusal
+	}
+	return v, nil
+}
+
+// decide applies one policy to in: nil if it does not select the request
+// or lets it through (a lowered lifetime into v), or its refusal (a
+// *issuance.PolicyError).
+func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) error {
+	ok, err := e.selects(in.door, in.r.Cluster, in.identity, in.namespaceLabels)
+	if err != nil {
+		e.counts.selected.Add(1)
+		return unavailable(e.Name, fmt.Errorf("match.namespaceSelector: %w", err))
+	}
+	if !ok {
+		return nil
+	}
+	if e.Err != nil {
+		e.counts.selected.Add(1)
+		return &issuance.PolicyError{Policy: e.Name, Message: "it does not compile: " + e.Err.Error(), Err: issuance.ErrPolicyUnavailable}
+	}
+	for _, c := range e.conditions {
+		matched, err := in.eval(ctx, c)
+		if err != nil {
+			e.counts.selected.Add(1)
+			return in.refusal(e.Name, c, err)
+		}
+		if !matched.(bool) {
+			return nil
+		}
+	}
+	e.counts.selected.Add(1)
+	for _, c := range e.validations {
+		valid, err := in.eval(ctx, c)
+		if err != nil {
+			return in.refusal(e.Name, c, err)
+		}
+		if !valid.(bool) {
+			return &issuance.PolicyError{Policy: e.Name, Message: c.message}
+		}
+	}
+	if e.maxTTL == nil || e.DryRun {
+		return nil
+	}
+	out, err := in.eval(ctx, *e.maxTTL)
+	if err != nil {
+		return in.refusal(e.Name, *e.maxTTL, err)
+	}
+	maxTTL := out.(time.Duration)
+	if maxTTL <= 0 {
+		return &issuance.PolicyError{Policy: e.Name, Message: fmt.Sprintf("maxTTL is %v: no certificate is short enough", maxTTL)}
+	}
+	if v.MaxValidity == 0 || maxTTL < v.MaxValidity {
+		v.MaxValidity = maxTTL
+	}
+	v.Lowered = append(v.Lowered, e.Name)
+	e.counts.ttlCapped.Add(1)
+	return nil
+}
+
+func unavailable(policy string, err error) error {
+	return &issuance.PolicyError{Policy: policy, Message: err.Error(), Err: issuance.ErrPolicyUnavailable}
+}
+
+// input is a request as the expressions see it: their activation. The
+// labels are looked up when an expression first reads them.
+type input struct {
+	door     string
+	r        *issuance.Request
+	identity string
+	td       string
+	ns, sa   string
+	labels   Labels
+
+	nsLabels, nodeLabels ref.Val
+	// lookupErr is why labels an expression read are not known.
+	lookupErr error
+}
+
+func newInput(door string, r *issuance.Request, granted spiffeid.ID, l Labels) *input {
+	in := &input{door: door, r: r, identity: granted.String(), td: granted.TrustDomain().Name(), labels: l}
+	if rest, ok := strings.CutPrefix(granted.Path(), "/ns/"); ok {
+		if ns, sa, ok := strings.Cut(rest, "/sa/"); ok && !strings.Contains(sa, "/") {
+			in.ns, in.sa = ns, sa
+		}
+	}
+	return in
+}
+
+// ResolveName gives an expression a variable (interpreter.Activation).
+func (in *input) ResolveName(name string) (any, bool) {
+	switch name {
+	case "door":
+		return types.String(in.door), true
+	case "cluster":
+		return types.String(in.r.Cluster), true
+	case "callerKind":
+		return types.String(in.r.CallerKind), true
+	case "callerNamespace":
+		return types.String(in.r.Caller.Namespace), true
+	case "callerServiceAccount":
+		return types.String(in.r.Caller.ServiceAccount), true
+	case "credential":
+		return types.String(in.r.Credential), true
+	case "identity":
+		return types.String(in.identity), true
+	case "trustDomain":
+		return types.String(in.td), true
+	case "identityNamespace":
+		return types.String(in.ns), true
+	case "identityServiceAccount":
+		return types.String(in.sa), true
+	case "pod":
+		return types.String(in.r.Caller.PodName), true
+	case "node":
+		return types.String(in.r.Caller.NodeName), true
+	case "ttl":
+		return types.Duration{Duration: in.r.TTL}, true
+	case "namespaceLabels":
+		return in.lookup(&in.nsLabels, func() (map[string]string, error) { return in.labels.NamespaceLabels(in.r.Cluster, in.ns) })
+	case "nodeLabels":
+		return in.lookup(&in.nodeLabels, func() (map[string]string, error) { return in.labels.NodeLabels(in.r.Cluster, in.r.Caller.NodeName) })
+	}
+	return nil, false
+}
+
+// Parent is nil: in is the only activation (interpreter.Activation).
+func (in *input) Parent() interpreter.Activation { return nil }
+
+func (in *input) lookup(cached *ref.Val, get func() (map[string]string, error)) (any, bool) {
+	if *cached == nil {
+		m, err := get()
+		if err != nil {
+			in.lookupErr = err
+			return nil, false
+		}
+		*cached = types.NewStringStringMap(types.DefaultTypeAdapter, m)
+	}
+	return *cached, true
+}
+
+// namespaceLabels is the labels of the identity's namespace, for a
+// namespace selector.
+func (in *input) namespaceLabels() (labels.Set, error) {
+	if in.ns == "" {
+		return labels.Set{}, nil
+	}
+	return in.labels.NamespaceLabels(in.r.Cluster, in.ns)
+}
+
+// eval evaluates p against in: a bool, or a time.Duration.
+func (in *input) eval(ctx context.Context, p program) (any, error) {
+	out, _, err := p.prg.ContextEval(ctx, in)
+	if err != nil {
+		return nil, err
+	}
+	return out.Value(), nil
+}
+
+// refusal is a policy's refusal of a request one of its expressions (p)
+// could not evaluate: unavailable when an input it read is not known now,
+// a denial when the expression failed (as a ValidatingAdmissionPolicy
+// that fails does).
+func (in *input) refusal(policy string, p program, err error) error {
+	if in.lookupErr != nil {
+		return unavailable(policy, fmt.Errorf("%s: %w", p.source, in.lookupErr))
+	}
+	return &issuance.PolicyError{Policy: policy, Message: fmt.Sprintf("%s: %v", p.source, err)}
+}
