@@ -26,6 +26,7 @@ type Metrics struct {
 	cacheLookups *prometheus.CounterVec
 	published    *prometheus.CounterVec
 	podCerts     *prometheus.CounterVec
+	policies     *prometheus.CounterVec
 	rootCMs      *prometheus.CounterVec
 	istiodCerts  *prometheus.CounterVec
 	istiodExpiry prometheus.Gauge
@@ -89,6 +90,8 @@ func New(reg prometheus.Registerer, opts Options) *Metrics {
 			"ClusterTrustBundle reconciliations by result (created, updated, repaired, deferred, unchanged, error).", "result"),
 		podCerts: f.counterVec("pod_certificate_requests_total",
 			"PodCertificateRequests decided, by result (issued, denied, failed).", "result"),
+		policies: f.counterVec("policy_decisions_total",
+			"Decisions of issuance policies, by policy and decision (denied, would-deny: in dry-run mode, unavailable: the policy does not compile or an input is unknown, ttl-capped).", "policy", "decision"),
 		rootCMs: f.counterVec("root_configmap_publish_total",
 			"Reconciliations of Istio's istio-ca-root-cert ConfigMap, one per namespace, by result (created, updated, repaired, deferred, unchanged, skipped, requeued, error).", "result"),
 		istiodCerts: f.counterVec("istiod_cert_publish_total",
@@ -188,6 +191,12 @@ func (m *Metrics) IstiodCerts() PublishCounter { return PublishCounter{m.istiodC
 
 // IstiodCertExpiry records the end of istiod's certificate in its Secret.
 func (m *Metrics) IstiodCertExpiry(notAfter time.Time) { m.istiodExpiry.Set(float64(notAfter.Unix())) }
+
+// PolicyDecided records a decision of an issuance policy
+// (policy.Observer).
+func (m *Metrics) PolicyDecided(policy, decision string) {
+	m.policies.WithLabelValues(policy, decision).Inc()
+}
 
 // Rotated records a rotation step (rotation.Observer).
 func (m *Metrics) Rotated(step string) { m.rotations.WithLabelValues(step).Inc() }

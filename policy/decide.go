@@ -33,7 +33,6 @@ type Observer interface {
 
 // The decisions, as Observer hears them.
 const (
-	DecisionAllowed     = "allowed"
 	DecisionDenied      = "denied"
 	DecisionWouldDeny   = "would-deny"
 	DecisionUnavailable = "unavailable"
@@ -79,6 +78,16 @@ func (t *Tally) Take() map[string]Decisions {
 		}
 	}
 	return out
+}
+
+// Return adds back counts taken that could not be written.
+func (t *Tally) Return(name string, d Decisions) {
+	c := t.of(name)
+	c.selected.Add(d.Selected)
+	c.denied.Add(d.Denied)
+	c.wouldDeny.Add(d.WouldDeny)
+	c.unavailable.Add(d.Unavailable)
+	c.ttlCapped.Add(d.TTLCapped)
 }
 
 // Forget drops the counts of a policy that is gone.
@@ -146,7 +155,10 @@ func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, gran
 	in := newInput(door, r, granted, s.labels)
 	for i := range s.policies {
 		e := &s.policies[i]
-		refusal := e.decide(ctx, in, &v)
+		capped, refusal := e.decide(ctx, in, &v)
+		if capped {
+			s.obs.PolicyDecided(e.Name, DecisionTTLCapped)
+		}
 		if refusal == nil {
 			continue
 		}
@@ -172,58 +184,58 @@ func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, gran
 }
 
 // decide applies one policy to in: nil if it does not select the request
-// or lets it through (a lowered lifetime into v), or its refusal (a
-// *issuance.PolicyError).
-func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) error {
+// or lets it through (capped: it lowered the lifetime, into v), or its
+// refusal (a *issuance.PolicyError).
+func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) (capped bool, _ error) {
 	ok, err := e.selects(in.door, in.r.Cluster, in.identity, in.namespaceLabels)
 	if err != nil {
 		e.counts.selected.Add(1)
-		return unavailable(e.Name, fmt.Errorf("match.namespaceSelector: %w", err))
+		return false, unavailable(e.Name, fmt.Errorf("match.namespaceSelector: %w", err))
 	}
 	if !ok {
-		return nil
+		return false, nil
 	}
 	if e.Err != nil {
 		e.counts.selected.Add(1)
-		return &issuance.PolicyError{Policy: e.Name, Message: "it does not compile: " + e.Err.Error(), Err: issuance.ErrPolicyUnavailable}
+		return false, &issuance.PolicyError{Policy: e.Name, Message: "it does not compile: " + e.Err.Error(), Err: issuance.ErrPolicyUnavailable}
 	}
 	for _, c := range e.conditions {
 		matched, err := in.eval(ctx, c)
 		if err != nil {
 			e.counts.selected.Add(1)
-			return in.refusal(e.Name, c, err)
+			return false, in.refusal(e.Name, c, err)
 		}
 		if !matched.(bool) {
-			return nil
+			return false, nil
 		}
 	}
 	e.counts.selected.Add(1)
 	for _, c := range e.validations {
 		valid, err := in.eval(ctx, c)
 		if err != nil {
-			return in.refusal(e.Name, c, err)
+			return false, in.refusal(e.Name, c, err)
 		}
 		if !valid.(bool) {
-			return &issuance.PolicyError{Policy: e.Name, Message: c.message}
+			return false, &issuance.PolicyError{Policy: e.Name, Message: c.message}
 		}
 	}
 	if e.maxTTL == nil || e.DryRun {
-		return nil
+		return false, nil
 	}
 	out, err := in.eval(ctx, *e.maxTTL)
 	if err != nil {
-		return in.refusal(e.Name, *e.maxTTL, err)
+		return false, in.refusal(e.Name, *e.maxTTL, err)
 	}
 	maxTTL := out.(time.Duration)
 	if maxTTL <= 0 {
-		return &issuance.PolicyError{Policy: e.Name, Message: fmt.Sprintf("maxTTL is %v: no certificate is short enough", maxTTL)}
+		return false, &issuance.PolicyError{Policy: e.Name, Message: fmt.Sprintf("maxTTL is %v: no certificate is short enough", maxTTL)}
 	}
 	if v.MaxValidity == 0 || maxTTL < v.MaxValidity {
 		v.MaxValidity = maxTTL
 	}
 	v.Lowered = append(v.Lowered, e.Name)
 	e.counts.ttlCapped.Add(1)
-	return nil
+	return true, nil
 }
 
 func unavailable(policy string, err error) error {

@@ -1,0 +1,81 @@
+package watch
+
+import (
+	"fmt"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/metadata/metadatainformer"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/workload-ca/workload-ca/issuance"
+)
+
+var (
+	namespacesGVR = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+	nodesGVR      = schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+)
+
+// labelIndex is the labels of the local cluster's namespaces and nodes
+// (policy.Labels), from metadata-only informers whose store keeps a name
+// and labels per object.
+type labelIndex struct {
+	cluster           string
+	namespaces, nodes cache.SharedIndexInformer
+}
+
+func newLabelIndex(client metadata.Interface, cluster string) (*labelIndex, error) {
+	l := &labelIndex{cluster: cluster}
+	for _, x := range []struct {
+		gvr schema.GroupVersionResource
+		to  *cache.SharedIndexInformer
+	}{{namespacesGVR, &l.namespaces}, {nodesGVR, &l.nodes}} {
+		inf := metadatainformer.NewFilteredMetadataInformer(client, x.gvr, metav1.NamespaceAll, 0, cache.Indexers{}, nil).Informer()
+		if err := inf.SetTransform(keepLabels); err != nil {
+			return nil, err
+		}
+		*x.to = inf
+	}
+	return l, nil
+}
+
+// keepLabels is the informers' transform: a name and labels are all the
+// store keeps.
+func keepLabels(obj any) (any, error) {
+	m, ok := obj.(*metav1.PartialObjectMetadata)
+	if !ok {
+		return obj, nil
+	}
+	return &metav1.PartialObjectMetadata{TypeMeta: m.TypeMeta,
+		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, ResourceVersion: m.ResourceVersion}}, nil
+}
+
+func (l *labelIndex) synced() bool { return l.namespaces.HasSynced() && l.nodes.HasSynced() }
+
+// NamespaceLabels is a namespace's labels (policy.Labels).
+func (l *labelIndex) NamespaceLabels(cluster, name string) (map[string]string, error) {
+	return l.lookup(l.namespaces, "namespace", cluster, name)
+}
+
+// NodeLabels is a node's labels (policy.Labels).
+func (l *labelIndex) NodeLabels(cluster, name string) (map[string]string, error) {
+	return l.lookup(l.nodes, "node", cluster, name)
+}
+
+func (l *labelIndex) lookup(inf cache.SharedIndexInformer, kind, cluster, name string) (map[string]string, error) {
+	if cluster != "" && cluster != l.cluster {
+		return nil, fmt.Errorf("%w: the labels of cluster %q are not watched", issuance.ErrPolicyUnavailable, cluster)
+	}
+	if !inf.HasSynced() {
+		return nil, fmt.Errorf("%w: the %s labels are not listed yet", issuance.ErrPolicyUnavailable, kind)
+	}
+	if name == "" {
+		return nil, nil
+	}
+	obj, ok, err := inf.GetStore().GetByKey(name)
+	if err != nil || !ok {
+		return nil, err // gone, or never was: no labels
+	}
+	return obj.(*metav1.PartialObjectMetadata).Labels, nil
+}
