@@ -7,6 +7,7 @@ import (
 
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
@@ -37,6 +38,12 @@ type kubeClients struct {
 	remoteSecrets kubernetes.Interface
 	// upstream writes the CertificateRequests of a cert-manager upstream.
 	upstream dynamic.Interface
+	// policies reads the IssuancePolicies and writes their status; labels
+	// lists the namespaces' and nodes' labels for them; policyChecks
+	// checks the permissions they need.
+	policies     dynamic.Interface
+	labels       metadata.Interface
+	policyChecks kubernetes.Interface
 }
 
 // Leader election's own rate limit, independent of --kube-api-qps: a
@@ -95,6 +102,7 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		{"podcert", &k.podCerts, qps, burst, false},
 		{"istiodcert", &k.istiodCert, qps, burst, false},
 		{"remotesecrets", &k.remoteSecrets, qps, burst, false},
+		{"policy", &k.policyChecks, qps, burst, false},
 	} {
 		cfg := rest.CopyConfig(base)
 		cfg.UserAgent += " (" + c.work + ")"
@@ -122,5 +130,14 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		return nil, fmt.Errorf("kubernetes client for upstream: %w", err)
 	}
 	k.upstream = dyn
+	cfg = rest.CopyConfig(base)
+	cfg.UserAgent += " (policy)"
+	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
+	if k.policies, err = dynamic.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client for policy: %w", err)
+	}
+	if k.labels, err = metadata.NewForConfig(cfg); err != nil {
+		return nil, fmt.Errorf("kubernetes client for policy: %w", err)
+	}
 	return k, nil
 }

@@ -21,6 +21,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/istiodcert"
+	"github.com/workload-ca/workload-ca/policy/watch"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/federation"
@@ -100,9 +101,14 @@ type serveConfig struct {
 	CADirPoll          time.Duration
 	PublishTrustBundle bool
 	PodCertificates    bool
-	PodCertWorkers     int
-	SignerName         string
-	IstioCompatible    bool
+	// IssuancePolicies decides requests by the IssuancePolicy resources.
+	IssuancePolicies bool
+	// PolicyStatusInterval is how often each replica adds its decisions
+	// to the policies' status.
+	PolicyStatusInterval time.Duration
+	PodCertWorkers       int
+	SignerName           string
+	IstioCompatible      bool
 	// IstioRootConfigMap publishes Istio's istio-ca-root-cert ConfigMap
 	// in the namespaces IstioRootNamespaces selects.
 	IstioRootConfigMap  bool
@@ -205,6 +211,8 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.BoolVar(&c.IstioRootConfigMap, "istio-root-configmap", false, "publish the roots as Istio's istio-ca-root-cert ConfigMap in every namespace (leader only), which sidecars and ztunnel mount unless Istio reads ClusterTrustBundles")
 	fs.StringVar(&v.rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
 	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
+	fs.BoolVar(&c.IssuancePolicies, "issuance-policies", false, "decide requests by the IssuancePolicy resources (their CRD must be installed): CEL rules that refuse requests or cap certificate lifetimes; every replica reads them, their namespaces' and nodes' labels, and adds its decisions to their status")
+	fs.DurationVar(&c.PolicyStatusInterval, "issuance-policy-status-interval", watch.DefaultStatusInterval, "how often each replica adds the decisions it made to the issuance policies' status")
 	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
 	fs.section("istiod's serving certificate (leader only)")
 	fs.BoolVar(&c.IstiodCert, "istiod-cert", false, "keep istiod's serving certificate issued by this CA in the Secret Istio's chart mounts for it (leader only), so that proxies verifying istiod's xDS port with our root can connect")
@@ -492,6 +500,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 	}
 	if c.PodCertificates && c.MaxTTL < time.Hour {
 		errs = append(errs, fmt.Errorf("--pod-certificates: --max-ttl %v is under the hour Kubernetes requires of a pod certificate", c.MaxTTL))
+	}
+	if c.PolicyStatusInterval < time.Second {
+		errs = append(errs, fmt.Errorf("--issuance-policy-status-interval %v: at least 1s", c.PolicyStatusInterval))
 	}
 	errs = append(errs, c.finishRemotes(remotes)...)
 	if c.FederationConfig != "" && c.TrustDomain != (spiffeid.TrustDomain{}) {

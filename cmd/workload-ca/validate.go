@@ -147,6 +147,9 @@ func leaderTasks(c serveConfig) []string {
 	if c.PodCertificates {
 		tasks = append(tasks, "PodCertificateRequests of signer "+c.SignerName)
 	}
+	if c.IssuancePolicies {
+		tasks = append(tasks, "decide requests by the IssuancePolicy resources")
+	}
 	return tasks
 }
 

@@ -168,9 +168,12 @@ func (a *app) loadCA(ctx context.Context) error {
 
 // buildPipeline makes the issuance pipeline both front doors hand their
 // requests to.
-func (a *app) buildPipeline(context.Context) error {
-	var err error
-	a.pipeline, err = issuance.New(issuance.Config{Signer: a.authority, Audit: a.audit, Logger: a.log, Observer: a.metrics})
+func (a *app) buildPipeline(ctx context.Context) error {
+	pol, err := a.watchPolicies(ctx)
+	if err != nil {
+		return err
+	}
+	a.pipeline, err = issuance.New(issuance.Config{Signer: a.authority, Audit: a.audit, Logger: a.log, Observer: a.metrics, Policy: pol})
 	return err
 }
 
