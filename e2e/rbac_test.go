@@ -175,6 +175,9 @@ func checkRules(t *testing.T, rel chartRelease) {
 		{APIGroups: []string{""}, Resources: []string{"serviceaccounts"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"clustertrustbundles"}, Verbs: []string{"get", "list", "watch", "create", "update", "delete"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"attest"}, ResourceNames: signers},
+		{APIGroups: []string{"workload-ca.io"}, Resources: []string{"issuancepolicies"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"workload-ca.io"}, Resources: []string{"issuancepolicies/status"}, Verbs: []string{"update"}},
+		{APIGroups: []string{""}, Resources: []string{"namespaces", "nodes"}, Verbs: []string{"list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests"}, Verbs: []string{"get", "list", "watch"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"podcertificaterequests/status"}, Verbs: []string{"update"}},
 		{APIGroups: []string{"certificates.k8s.io"}, Resources: []string{"signers"}, Verbs: []string{"sign"}, ResourceNames: []string{rel.signer}},
@@ -386,6 +389,8 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 // kubeconfig holding a token of the chart's service account.
 func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs, tests []*unstructured.Unstructured) {
 	known := knownServeFlags(t)
+	// helm install installs the chart's CRDs (crds/) before its objects.
+	ensurePolicyCRD(t, s)
 	kubeconfig := serviceAccountKubeconfig(t, s, rel.ns, rel.serviceAccount)
 
 	// The chart's flags, less those the harness sets itself (addresses,
