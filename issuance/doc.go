@@ -1,7 +1,8 @@
 // Package issuance is the one pipeline behind every front door: a door
 // (the gRPC CreateCertificate service, the PodCertificateRequest
 // controller) turns what it received into a door-neutral Request and hands
-// it over; the pipeline authorizes it (the door's node rule), signs it,
+// it over; the pipeline authorizes it (the door's node rule, then the
+// issuance policy, if one is configured: an interface it owns), signs it,
 // writes its audit record and counts its result, the same way for every
 // door.
 //
@@ -14,5 +15,6 @@
 // It does not own: transport (reading tokens, headers, gRPC codes or
 // Kubernetes conditions: each door maps a result to its own answer), how a
 // caller is authenticated (authz/tokenreview), the doors' node rules (authz
-// for the gRPC door, podcert's for kubelets), or how a certificate is built and signed (ca).
+// for the gRPC door, podcert's for kubelets), what the issuance policies
+// say (package policy), or how a certificate is built and signed (ca).
 package issuance
