@@ -76,6 +76,8 @@ type options struct {
 	placement                         string
 	twoClusterRounds                  int
 	upstreamRounds                    int
+	policyRounds                      int
+	policyCRD                         string
 	vault                             string
 }
 
@@ -119,6 +121,8 @@ func mainCode(ctx context.Context, args []string) int {
 	fs.StringVar(&o.placement, "placement", "split", "split: the CA (and the floor) on one half of the CPUs, the load generator on the other; shared: both anywhere")
 	fs.IntVar(&o.twoClusterRounds, "two-cluster-rounds", 3, "rounds of the two-cluster comparison (each a one-cluster and a two-cluster run, interleaved); 0 skips it")
 	fs.IntVar(&o.upstreamRounds, "upstream-rounds", 3, "rounds of the upstream comparison (each the CA on its local root and on an intermediate a real Vault issued, interleaved); 0 skips it")
+	fs.IntVar(&o.policyRounds, "policy-rounds", 3, "rounds of the issuance policy comparison (each the CA with 0, 1 and 50 policies installed, interleaved); 0 skips it")
+	fs.StringVar(&o.policyCRD, "policy-crd", "deploy/charts/workload-ca/crds/workload-ca.io_issuancepolicies.yaml", "the IssuancePolicy CRD the policy comparison installs")
 	fs.StringVar(&o.vault, "vault", os.Getenv(vaultserver.EnvBinary), "Vault binary of the upstream comparison; default $"+vaultserver.EnvBinary)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -312,6 +316,9 @@ func (b *bench) endToEnd(ctx context.Context) (err error) {
 	}
 	if !b.opts.stormOnly && b.opts.upstreamRounds > 0 && ctx.Err() == nil {
 		errs = append(errs, b.measureUpstream(ctx, cp, e2ePlan))
+	}
+	if !b.opts.stormOnly && b.opts.policyRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measurePolicies(ctx, cp, e2ePlan))
 	}
 	if ctx.Err() != nil {
 		return errors.Join(append(errs, ctx.Err())...)
