@@ -35,7 +35,7 @@ import (
 
 const mPolicyDecisions = "workload_ca_policy_decisions_total"
 
-// TestIssuancePolicies runs a CA with --issuance-policies and
+// TestIssuancePolicies runs two replicas with --issuance-policies and
 // --pod-certificates against five IssuancePolicies, and observes each
 // through both front doors: a node agent's request over gRPC (`workload-ca
 // request`) and a PodCertificateRequest. Each decision shows in the
@@ -50,8 +50,10 @@ func TestIssuancePolicies(t *testing.T) {
 	for _, p := range policies {
 		w.create(t, p)
 	}
-	ca := f.start(t, "--pod-certificates", "--issuance-policies", "--issuance-policy-status-interval=1s")
-	theLeader(t, []*cahost.CA{ca})
+	cas := f.startN(t, 2, "--pod-certificates", "--issuance-policies", "--issuance-policy-status-interval=1s")
+	// The leader signs pod certificates; both replicas answer gRPC.
+	leader := theLeader(t, cas)
+	ca, follower := cas[leader], cas[1-leader]
 	name := func(short string) string { return w.run + "-" + short }
 
 	t.Run("(a) a namespace's lifetime is capped", func(t *testing.T) {
@@ -80,8 +82,10 @@ func TestIssuancePolicies(t *testing.T) {
 	})
 
 	t.Run("(b) the default service account is denied", func(t *testing.T) {
-		_, err := w.ask(t, ca, w.ztA, w.payments, "default")
-		wantRefused(t, err, codes.PermissionDenied, `denied by issuance policy "`+name("no-default")+`": the default service account gets no identity`)
+		for _, replica := range []*cahost.CA{ca, follower} {
+			_, err := w.ask(t, replica, w.ztA, w.payments, "default")
+			wantRefused(t, err, codes.PermissionDenied, `denied by issuance policy "`+name("no-default")+`": the default service account gets no identity`)
+		}
 		pcr := w.podCert(t, "default-0", w.payments, "default", w.nodeA)
 		if c := conditionOf(pcr); c.Type != certv1.PodCertificateRequestConditionTypeDenied || !strings.Contains(c.Message, name("no-default")) {
 			t.Errorf("podcert: %s %s: %s; want Denied by %s", c.Type, c.Reason, c.Message, name("no-default"))
@@ -89,7 +93,9 @@ func TestIssuancePolicies(t *testing.T) {
 		for _, door := range []string{"grpc", "podcert"} {
 			waitLogLines(t, ca, `"msg":"certificate request refused"`, `"door":"`+door+`"`, `"reason":"policy-denied"`, `"policy":"`+name("no-default")+`"`)
 		}
-		w.waitDecisions(t, ca, name("no-default"), "denied", func(d policy.Decisions) bool { return d.Denied >= 2 })
+		// Each replica adds its own decisions to the status: two
+		// gRPC denials (one per replica) and the pod certificate's.
+		w.waitDecisions(t, ca, name("no-default"), "denied", func(d policy.Decisions) bool { return d.Denied == 3 })
 	})
 
 	t.Run("(c) a tenant's namespace is served only on its own nodes", func(t *testing.T) {
