@@ -159,6 +159,7 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		nextStep = "workload_ca_rotation_next_step_timestamp_seconds"
 		fedAge   = "workload_ca_federation_bundle_age_seconds"
 		fedLast  = "workload_ca_federation_bundle_last_success_timestamp_seconds"
+		policies = "workload_ca_policy_decisions_total"
 		year     = "31536000x180"
 	)
 	type alert struct {
@@ -202,7 +203,11 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(nextStep, `pod="p1",step="activate"`, "0x180"),
 		series(fedAge, `pod="p0",trust_domain="east.example.org"`, "0+60x180"), // never refreshed since t=0
 		series(fedLast, `pod="p0",trust_domain="east.example.org"`, "1x180"),
+		series(policies, `pod="p0",policy="tenants",decision="unavailable"`, "0+1x180"), // 1 a minute, a broken policy
+		series(policies, `pod="p0",policy="payments",decision="denied"`, "0+1x180"),
 	}, Alerts: []alertTest{
+		at("WorkloadCAIssuancePolicyCannotDecide", alert{nsLabels("severity", "warning", "policy", "tenants"),
+			expect("WorkloadCAIssuancePolicyCannotDecide", "{{ $labels.policy }}", "tenants", "{{ $value | humanize }}", "10")}),
 		at("WorkloadCAFederatedBundleStale", alert{nsLabels("severity", "warning", "trust_domain", "east.example.org"),
 			expect("WorkloadCAFederatedBundleStale", "{{ $labels.trust_domain }}", "east.example.org")}),
 		at("WorkloadCARotationStuck", alert{nsLabels("severity", "warning", "step", "activate"),
@@ -242,6 +247,8 @@ func checkAlerts(t *testing.T, promtool string, objs []*unstructured.Unstructure
 		series(nextStep, `pod="p1",step="prepare"`, year),
 		series(fedAge, `pod="p0",trust_domain="east.example.org"`, "60x180"),
 		series(fedLast, `pod="p0",trust_domain="east.example.org"`, "1x180"),
+		series(policies, `pod="p0",policy="payments",decision="denied"`, "0+1x180"),
+		series(policies, `pod="p0",policy="payments",decision="ttl-capped"`, "0+60x180"),
 	}}
 	for name := range annotations {
 		healthy.Alerts = append(healthy.Alerts, at(name))

@@ -271,16 +271,25 @@ func (w *policyWorld) policies() []*policy.IssuancePolicy {
 	}
 }
 
-func (w *policyWorld) create(t *testing.T, p *policy.IssuancePolicy) {
+func (w *policyWorld) create(t *testing.T, p *policy.IssuancePolicy) { createPolicy(t, w.f.s, p) }
+
+// createPolicy creates p, and deletes it when t ends.
+func createPolicy(t *testing.T, s *suite, p *policy.IssuancePolicy) {
 	t.Helper()
+	p.APIVersion, p.Kind = policy.Group+"/"+policy.Version, policy.Kind
 	obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := w.client.Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+	dyn, err := dynamic.NewForConfig(s.cp.RESTConfig())
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = w.client.Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
+	client := dyn.Resource(watch.GVR)
+	if _, err := client.Create(t.Context(), &unstructured.Unstructured{Object: obj}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = client.Delete(context.Background(), p.Name, metav1.DeleteOptions{}) })
 }
 
 func (w *policyWorld) get(t *testing.T, name string) *policy.IssuancePolicy {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/policy"
 )
 
 // rbacRelease is what TestChartRBAC installs: ci/full-values.yaml (its own
@@ -390,7 +391,11 @@ func checkBundleAdmission(t *testing.T, s *suite, rel chartRelease) {
 func runAsServiceAccount(t *testing.T, s *suite, rel chartRelease, objs, tests []*unstructured.Unstructured) {
 	known := knownServeFlags(t)
 	// helm install installs the chart's CRDs (crds/) before its objects.
+	// One policy, which selects nothing, starts the policy metrics the
+	// chart's alert reads.
 	ensurePolicyCRD(t, s)
+	createPolicy(t, s, &policy.IssuancePolicy{ObjectMeta: metav1.ObjectMeta{Name: rel.ns + "-selects-nothing"},
+		Spec: policy.Spec{DryRun: true, Match: policy.Match{Clusters: []string{"no-such-cluster"}}}})
 	kubeconfig := serviceAccountKubeconfig(t, s, rel.ns, rel.serviceAccount)
 
 	// The chart's flags, less those the harness sets itself (addresses,

@@ -2,6 +2,7 @@ package metrics
 
 import (
 	"regexp"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -27,6 +28,9 @@ type Metrics struct {
 	published    *prometheus.CounterVec
 	podCerts     *prometheus.CounterVec
 	policies     *prometheus.CounterVec
+	// mu guards policyNames, the policies whose counters are exported.
+	mu           sync.Mutex
+	policyNames  map[string]bool
 	rootCMs      *prometheus.CounterVec
 	istiodCerts  *prometheus.CounterVec
 	istiodExpiry prometheus.Gauge
@@ -196,6 +200,27 @@ func (m *Metrics) IstiodCertExpiry(notAfter time.Time) { m.istiodExpiry.Set(floa
 // (policy.Observer).
 func (m *Metrics) PolicyDecided(policy, decision string) {
 	m.policies.WithLabelValues(policy, decision).Inc()
+}
+
+// PoliciesInstalled starts the decision counters of the issuance policies
+// installed at zero, so that a first refusal is an increase an alert sees,
+// and drops those of policies gone (watch.Observer).
+func (m *Metrics) PoliciesInstalled(names []string, decisions []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	keep := map[string]bool{}
+	for _, name := range names {
+		keep[name] = true
+		for _, d := range decisions {
+			m.policies.WithLabelValues(name, d)
+		}
+	}
+	for name := range m.policyNames {
+		if !keep[name] {
+			m.policies.DeletePartialMatch(prometheus.Labels{"policy": name})
+		}
+	}
+	m.policyNames = keep
 }
 
 // Rotated records a rotation step (rotation.Observer).

@@ -39,6 +39,11 @@ const (
 	DecisionTTLCapped   = "ttl-capped"
 )
 
+// AllDecisions lists every decision an Observer may hear.
+func AllDecisions() []string {
+	return []string{DecisionDenied, DecisionWouldDeny, DecisionUnavailable, DecisionTTLCapped}
+}
+
 // Tally counts each policy's decisions, by name, until they are taken (to
 // be added to its status); it outlives the Sets built with it.
 type Tally struct {

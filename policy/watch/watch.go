@@ -47,11 +47,23 @@ type Config struct {
 	// are known.
 	Cluster        string
 	Compiler       *policy.Compiler
-	Observer       policy.Observer
+	Observer       Observer
 	Logger         *slog.Logger
 	Clock          clock.WithTicker
 	StatusInterval time.Duration
 }
+
+// Observer is told of each policy's decisions, and of the policies
+// installed (after every change), for metrics.
+type Observer interface {
+	policy.Observer
+	PoliciesInstalled(names, decisions []string)
+}
+
+type nopObserver struct{}
+
+func (nopObserver) PolicyDecided(string, string)         {}
+func (nopObserver) PoliciesInstalled([]string, []string) {}
 
 // Watcher keeps the current Set of policies: an issuance.Policy.
 type Watcher struct {
@@ -76,6 +88,9 @@ func New(cfg Config) (*Watcher, error) {
 	}
 	if cfg.Clock == nil {
 		cfg.Clock = clock.RealClock{}
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
 	}
 	if cfg.StatusInterval <= 0 {
 		cfg.StatusInterval = DefaultStatusInterval
@@ -177,6 +192,11 @@ func (w *Watcher) rebuild() {
 		out[i] = &c
 	}
 	w.set.Store(policy.NewSet(out, policy.SetConfig{Labels: w.labels, Tally: w.tally, Observer: w.cfg.Observer}))
+	names := make([]string, len(out))
+	for i, c := range out {
+		names[i] = c.Name
+	}
+	w.cfg.Observer.PoliciesInstalled(names, policy.AllDecisions())
 }
 
 // toPolicy reads an IssuancePolicy from the informer's store.
