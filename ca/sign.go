@@ -12,11 +12,16 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 )
 
+// TTL is the lifetime a request asking for requested gets: the default
+// for zero or less, at most the maximum.
+func (a *Authority) TTL(requested time.Duration) time.Duration { return a.cfg.clampTTL(requested) }
+
 // Sign issues an X.509-SVID for r.ID to the key of r.CSR, in three steps:
 // build the template, sign it, verify what was signed. The CSR must come
 // from ParseCSR. Errors wrap ErrInvalidCSR when the CSR does not fit the
 // identity and ErrForeignTrustDomain when the identity is not ours; any
 // other error is the CA's own failure.
+
 func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -25,10 +30,14 @@ func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 		return nil, err
 	}
 	s := a.state.Load()
+	ttl := a.cfg.clampTTL(r.TTL)
+	if r.MaxTTL > 0 && ttl > r.MaxTTL {
+		ttl = r.MaxTTL
+	}
 	leaf, err := a.issue(s, &leafSpec{
 		pub:         r.CSR.PublicKey,
 		id:          r.ID,
-		ttl:         a.cfg.clampTTL(r.TTL),
+		ttl:         ttl,
 		maxValidity: r.MaxValidity,
 		extKeyUsage: svidExtKeyUsage(),
 	})

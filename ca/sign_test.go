@@ -169,6 +169,40 @@ func TestSignMaxValidity(t *testing.T) {
 	}
 }
 
+// MaxTTL caps NotAfter - now after the default and the maximum apply; it
+// never lengthens a shorter lifetime.
+func TestSignMaxTTL(t *testing.T) {
+	now := testNow()
+	cfg := ca.Config{TrustDomain: td, DefaultTTL: time.Hour, MaxTTL: 24 * time.Hour, Clock: testingclock.NewFakePassiveClock(now)}
+	a, err := ca.New(cfg, testca.NewRoot(t, testca.P256).Material())
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		ttl, maxTTL time.Duration
+		want        time.Duration // NotAfter - now
+	}{
+		{"caps an explicit TTL", 12 * time.Hour, 90 * time.Minute, 90 * time.Minute},
+		{"caps the default", 0, 30 * time.Minute, 30 * time.Minute},
+		{"never lengthens the default", 0, 2 * time.Hour, time.Hour},
+		{"never lengthens past the maximum", 48 * time.Hour, 36 * time.Hour, 24 * time.Hour},
+		{"a short cap is from now, not from the backdated NotBefore", 12 * time.Hour, time.Minute, time.Minute},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			csrPEM, _ := testca.ZtunnelCSR(t, workload)
+			issued, err := a.Sign(context.Background(), ca.Request{CSR: parseCSR(t, csrPEM), ID: workload, TTL: tt.ttl, MaxTTL: tt.maxTTL})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := issued.Cert.NotAfter.Sub(now); got != tt.want {
+				t.Errorf("NotAfter - now = %v, want %v", got, tt.want)
+			}
+		})
+	}
+}
+
 func TestSignConfiguredTTLs(t *testing.T) {
 	now := testNow()
 	cfg := ca.Config{TrustDomain: td, DefaultTTL: time.Hour, MaxTTL: 2 * time.Hour, Backdate: time.Minute,

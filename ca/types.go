@@ -50,6 +50,10 @@ type Request struct {
 	// NotAfter - NotBefore, backdating included (a Kubernetes
 	// PodCertificateRequest's maxExpirationSeconds is such a bound).
 	MaxValidity time.Duration
+	// MaxTTL, if positive, caps the lifetime from now (NotAfter - now),
+	// after the default and the maximum TTL are applied: an issuance
+	// policy's cap.
+	MaxTTL time.Duration
 }
 
 // Issued is a signed certificate and the chain to return to the client.

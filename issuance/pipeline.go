@@ -148,17 +148,19 @@ func (d *Door) decide(ctx context.Context, r *Request, rule Rule, v *Verdict) (g
 	if granted, err = rule.Grant(ctx, r); err != nil {
 		return granted, nil, err
 	}
-	maxValidity := r.MaxValidity
 	if d.p.policy != nil {
 		if *v, err = d.p.policy.Decide(ctx, d.name, r, granted); err != nil {
 			return granted, nil, err
 		}
-		if v.MaxValidity > 0 && (maxValidity == 0 || v.MaxValidity < maxValidity) {
-			maxValidity = v.MaxValidity
+		if v.MaxTTL > 0 && v.MaxTTL < r.MinValidity {
+			// Signing would only make a certificate the door cannot
+			// hand out, again at every retry.
+			return granted, nil, &PolicyError{Policy: strings.Join(v.Lowered, ","),
+				Message: fmt.Sprintf("it caps the lifetime at %v, under the %v the %s door must hand out", v.MaxTTL, r.MinValidity, d.name)}
 		}
 	}
 	sign := func() (err error) {
-		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: maxValidity})
+		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: r.MaxValidity, MaxTTL: v.MaxTTL})
 		return err
 	}
 	if r.Admit != nil {

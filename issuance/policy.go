@@ -18,9 +18,9 @@ type Policy interface {
 
 // Verdict is what the policy decided of a request it let through.
 type Verdict struct {
-	// MaxValidity, if set, caps the certificate's lifetime: it lowers the
-	// TTL, never raises it.
-	MaxValidity time.Duration
+	// MaxTTL, if set, caps the certificate's lifetime from now: it lowers
+	// the TTL, never raises it.
+	MaxTTL time.Duration
 	// Lowered names the policies that lowered the lifetime; WouldDeny
 	// those in dry-run mode that would have refused the request. Both
 	// are for the audit record.
