@@ -8,7 +8,6 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,11 +21,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	"github.com/workload-ca/workload-ca/e2e/cahost"
 	"github.com/workload-ca/workload-ca/policy"
@@ -421,38 +418,7 @@ func conditionOf(pcr *certv1.PodCertificateRequest) metav1.Condition {
 // does from crds/, and waits until it is served.
 func ensurePolicyCRD(t *testing.T, s *suite) {
 	t.Helper()
-	raw, err := os.ReadFile(filepath.Join(chartDir, "crds", "workload-ca.io_issuancepolicies.yaml"))
-	if err != nil {
+	if err := s.cp.InstallCRD(t.Context(), filepath.Join(chartDir, "crds", "workload-ca.io_issuancepolicies.yaml")); err != nil {
 		t.Fatal(err)
-	}
-	obj := map[string]any{}
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(s.cp.RESTConfig())
-	if err != nil {
-		t.Fatal(err)
-	}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	u := &unstructured.Unstructured{Object: obj}
-	if _, err := crds.Apply(t.Context(), u.GetName(), u, metav1.ApplyOptions{FieldManager: "workload-ca-e2e", Force: true}); err != nil {
-		t.Fatal(err)
-	}
-	err = pollUntil(t, lcWait, func() (bool, error) {
-		got, err := crds.Get(t.Context(), u.GetName(), metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		conds, _, _ := unstructured.NestedSlice(got.Object, "status", "conditions")
-		for _, c := range conds {
-			if m, ok := c.(map[string]any); ok && m["type"] == "Established" && m["status"] == "True" {
-				_, err := dyn.Resource(watch.GVR).List(t.Context(), metav1.ListOptions{Limit: 1})
-				return err == nil, nil
-			}
-		}
-		return false, nil
-	})
-	if err != nil {
-		t.Fatalf("the IssuancePolicy CRD is not served: %v", err)
 	}
 }

@@ -59,6 +59,9 @@ type Config struct {
 	Client      kubernetes.Interface
 	SignerName  string
 	TrustDomain spiffeid.TrustDomain
+	// ClusterID is the cluster's id, when the CA knows cluster ids: the
+	// cluster of every request (an issuance policy may select by it).
+	ClusterID string
 	// Signer tells the signing certificate; the pipeline signs.
 	Signer Signer
 	// Pipeline decides, signs, audits and counts what this door hands it.
@@ -211,7 +214,7 @@ func (c *Controller) reconcile(ctx context.Context, store cache.Store, key strin
 	}
 	pcr := it.PodCertificateRequest
 	spec := pcr.Spec
-	r := issuance.Request{Received: c.cfg.Clock.Now(), CallerKind: issuance.CallerKubelet, Object: key,
+	r := issuance.Request{Received: c.cfg.Clock.Now(), CallerKind: issuance.CallerKubelet, Object: key, Cluster: c.cfg.ClusterID,
 		Caller: authz.Caller{Namespace: pcr.Namespace, ServiceAccount: spec.ServiceAccountName,
 			PodName: spec.PodName, PodUID: string(spec.PodUID), NodeName: string(spec.NodeName)},
 		Credential: issuance.CredentialX509SVID, MinValidity: minValidity}

@@ -103,10 +103,3 @@ func (d *Decisions) Add(o Decisions) {
 // ConditionCompiled is the condition type that says whether a policy
 // compiled.
 const ConditionCompiled = "Compiled"
-
-// DeepCopyConditions returns a copy of the status's conditions.
-func (s *Status) DeepCopyConditions() []metav1.Condition {
-	out := make([]metav1.Condition, len(s.Conditions))
-	copy(out, s.Conditions)
-	return out
-}

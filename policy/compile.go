@@ -6,6 +6,7 @@ import (
 	"path"
 	"slices"
 	"sort"
+	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/ext"
@@ -24,8 +25,13 @@ const (
 	MaxMatchValues      = 64
 	MaxMessageLength    = 512
 	// MaxCost bounds one expression's evaluation (cel-go's cost units:
-	// about one per operation, and per byte of a string compared).
-	MaxCost = 100_000
+	// about one per operation, and per byte of a string compared), and
+	// MaxRequestCost all the expressions one request is decided by.
+	MaxCost        = 100_000
+	MaxRequestCost = 1_000_000
+	// maxRefusalMessage bounds what of a refusal's message the caller
+	// and the audit record get.
+	maxRefusalMessage = 512
 )
 
 // The variables an expression sees: the request, the identity it was
@@ -68,6 +74,7 @@ func NewCompiler() (*Compiler, error) {
 // then it refuses, as unavailable, what its Match selects.
 type Compiled struct {
 	Name       string
+	UID        string
 	Generation int64
 	DryRun     bool
 	Err        error
@@ -89,12 +96,15 @@ type program struct {
 // Compile compiles p. It never fails: a policy that does not compile
 // comes back with Err set, and selects by what of Match could be read.
 func (c *Compiler) Compile(p *IssuancePolicy) *Compiled {
-	out := &Compiled{Name: p.Name, Generation: p.Generation, DryRun: p.Spec.DryRun}
+	out := &Compiled{Name: p.Name, UID: string(p.UID), Generation: p.Generation, DryRun: p.Spec.DryRun}
 	m := p.Spec.Match
-	out.doors, out.clusters, out.identities = m.Doors, m.Clusters, m.Identities
 	var errs []error
 	if err := checkMatch(m); err != nil {
+		// The lists cannot be read: a policy that does not compile
+		// selects more, never less.
 		errs = append(errs, err)
+	} else {
+		out.doors, out.clusters, out.identities = m.Doors, m.Clusters, m.Identities
 	}
 	if m.NamespaceSelector != nil {
 		sel, err := metav1.LabelSelectorAsSelector(m.NamespaceSelector)
@@ -123,7 +133,7 @@ func (c *Compiler) Compile(p *IssuancePolicy) *Compiled {
 		}
 		prg.message = v.Message
 		if prg.message == "" {
-			prg.message = "failed " + v.Expression
+			prg.message = clip("failed "+v.Expression, maxRefusalMessage)
 		}
 		out.validations = append(out.validations, prg)
 	}
@@ -149,7 +159,7 @@ func (c *Compiler) program(source, expr string, want *cel.Type) (program, error)
 	if !ast.OutputType().IsExactType(want) {
 		return p, fmt.Errorf("%s: yields %s, not %s", source, ast.OutputType(), want)
 	}
-	prg, err := c.env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+	prg, err := c.env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", source, err)
 	}
@@ -203,4 +213,16 @@ func (c *Compiled) selects(door, cluster, identity string, namespaceLabels func(
 		return false, err
 	}
 	return c.namespaces.Matches(set), nil
+}
+
+// clip cuts s to at most n bytes, on a character boundary.
+func clip(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	cut := n
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + "…"
 }

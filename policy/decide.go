@@ -44,8 +44,9 @@ func AllDecisions() []string {
 	return []string{DecisionDenied, DecisionWouldDeny, DecisionUnavailable, DecisionTTLCapped}
 }
 
-// Tally counts each policy's decisions, by name, until they are taken (to
-// be added to its status); it outlives the Sets built with it.
+// Tally counts each policy's decisions, by its Key (a policy deleted and
+// created again under its name is another policy), until they are taken
+// (to be added to its status); it outlives the Sets built with it.
 type Tally struct {
 	mu     sync.Mutex
 	counts map[string]*counts
@@ -55,21 +56,21 @@ type counts struct {
 	selected, denied, wouldDeny, unavailable, ttlCapped atomic.Int64
 }
 
-func (t *Tally) of(name string) *counts {
+func (t *Tally) of(key string) *counts {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.counts == nil {
 		t.counts = map[string]*counts{}
 	}
-	c, ok := t.counts[name]
+	c, ok := t.counts[key]
 	if !ok {
 		c = &counts{}
-		t.counts[name] = c
+		t.counts[key] = c
 	}
 	return c
 }
 
-// Take returns the counts since the last Take, by policy name, and starts
+// Take returns the counts since the last Take, by policy Key, and starts
 // again from zero; a policy that decided nothing is left out.
 func (t *Tally) Take() map[string]Decisions {
 	t.mu.Lock()
@@ -86,8 +87,8 @@ func (t *Tally) Take() map[string]Decisions {
 }
 
 // Return adds back counts taken that could not be written.
-func (t *Tally) Return(name string, d Decisions) {
-	c := t.of(name)
+func (t *Tally) Return(key string, d Decisions) {
+	c := t.of(key)
 	c.selected.Add(d.Selected)
 	c.denied.Add(d.Denied)
 	c.wouldDeny.Add(d.WouldDeny)
@@ -96,10 +97,18 @@ func (t *Tally) Return(name string, d Decisions) {
 }
 
 // Forget drops the counts of a policy that is gone.
-func (t *Tally) Forget(name string) {
+func (t *Tally) Forget(key string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	delete(t.counts, name)
+	delete(t.counts, key)
+}
+
+// Key names a policy in a Tally: its uid, or its name when it has none.
+func (c *Compiled) Key() string {
+	if c.UID != "" {
+		return c.UID
+	}
+	return c.Name
 }
 
 // Set is every policy installed, in name order: an issuance.Policy.
@@ -107,6 +116,7 @@ type Set struct {
 	policies []entry
 	labels   Labels
 	obs      Observer
+	ttl      func(time.Duration) time.Duration
 }
 
 type entry struct {
@@ -119,11 +129,18 @@ type SetConfig struct {
 	Labels   Labels
 	Tally    *Tally
 	Observer Observer
+	// TTL is the lifetime the CA gives a request asking for a TTL (its
+	// default and maximum applied; ca.Authority.TTL): the ttl variable,
+	// and what a cap must be under to lower anything. Nil: as asked.
+	TTL func(requested time.Duration) time.Duration
 }
 
 // NewSet returns the set of policies, which must be in name order.
 func NewSet(policies []*Compiled, cfg SetConfig) *Set {
-	s := &Set{labels: cfg.Labels, obs: cfg.Observer}
+	s := &Set{labels: cfg.Labels, obs: cfg.Observer, ttl: cfg.TTL}
+	if s.ttl == nil {
+		s.ttl = func(d time.Duration) time.Duration { return d }
+	}
 	if s.obs == nil {
 		s.obs = nopObserver{}
 	}
@@ -131,7 +148,7 @@ func NewSet(policies []*Compiled, cfg SetConfig) *Set {
 		s.labels = noLabels{}
 	}
 	for _, p := range policies {
-		s.policies = append(s.policies, entry{Compiled: p, counts: cfg.Tally.of(p.Name)})
+		s.policies = append(s.policies, entry{Compiled: p, counts: cfg.Tally.of(p.Key())})
 	}
 	return s
 }
@@ -157,7 +174,7 @@ func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, gran
 	if len(s.policies) == 0 {
 		return v, nil
 	}
-	in := newInput(door, r, granted, s.labels)
+	in := newInput(door, r, granted, s.labels, s.ttl(r.TTL))
 	for i := range s.policies {
 		e := &s.policies[i]
 		capped, refusal := e.decide(ctx, in, &v)
@@ -167,22 +184,19 @@ func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, gran
 		if refusal == nil {
 			continue
 		}
-		decision := DecisionDenied
-		if errors.Is(refusal, issuance.ErrPolicyUnavailable) {
-			decision = DecisionUnavailable
-			e.counts.unavailable.Add(1)
-		}
-		if e.DryRun {
-			decision = DecisionWouldDeny
+		switch {
+		case e.DryRun:
 			e.counts.wouldDeny.Add(1)
 			v.WouldDeny = append(v.WouldDeny, e.Name)
-			s.obs.PolicyDecided(e.Name, decision)
+			s.obs.PolicyDecided(e.Name, DecisionWouldDeny)
 			continue
-		}
-		if decision == DecisionDenied {
+		case errors.Is(refusal, issuance.ErrPolicyUnavailable):
+			e.counts.unavailable.Add(1)
+			s.obs.PolicyDecided(e.Name, DecisionUnavailable)
+		default:
 			e.counts.denied.Add(1)
+			s.obs.PolicyDecided(e.Name, DecisionDenied)
 		}
-		s.obs.PolicyDecided(e.Name, decision)
 		return v, refusal
 	}
 	return v, nil
@@ -202,7 +216,9 @@ func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) (cap
 	}
 	if e.Err != nil {
 		e.counts.selected.Add(1)
-		return false, &issuance.PolicyError{Policy: e.Name, Message: "it does not compile: " + e.Err.Error(), Err: issuance.ErrPolicyUnavailable}
+		// The compiler's message is in the policy's status and the
+		// CA's log; the caller learns no more of the policy's source.
+		return false, &issuance.PolicyError{Policy: e.Name, Message: "it does not compile (its Compiled condition says why)", Err: issuance.ErrPolicyUnavailable}
 	}
 	for _, c := range e.conditions {
 		matched, err := in.eval(ctx, c)
@@ -235,9 +251,10 @@ func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) (cap
 	if maxTTL <= 0 {
 		return false, &issuance.PolicyError{Policy: e.Name, Message: fmt.Sprintf("maxTTL is %v: no certificate is short enough", maxTTL)}
 	}
-	if v.MaxValidity == 0 || maxTTL < v.MaxValidity {
-		v.MaxValidity = maxTTL
+	if maxTTL >= in.ttl || (v.MaxTTL > 0 && maxTTL >= v.MaxTTL) {
+		return false, nil // lowers nothing
 	}
+	v.MaxTTL = maxTTL
 	v.Lowered = append(v.Lowered, e.Name)
 	e.counts.ttlCapped.Add(1)
 	return true, nil
@@ -255,17 +272,22 @@ type input struct {
 	identity string
 	td       string
 	ns, sa   string
+	ttl      time.Duration
 	labels   Labels
 
 	nsLabels, nodeLabels ref.Val
-	// lookupErr is why labels an expression read are not known.
+	nsSet                labels.Set
+	// lookupErr is why labels the expression being evaluated read are
+	// not known.
 	lookupErr error
+	// cost is what the expressions evaluated for the request cost.
+	cost uint64
 }
 
-func newInput(door string, r *issuance.Request, granted spiffeid.ID, l Labels) *input {
-	in := &input{door: door, r: r, identity: granted.String(), td: granted.TrustDomain().Name(), labels: l}
+func newInput(door string, r *issuance.Request, granted spiffeid.ID, l Labels, ttl time.Duration) *input {
+	in := &input{door: door, r: r, identity: granted.String(), td: granted.TrustDomain().Name(), labels: l, ttl: ttl}
 	if rest, ok := strings.CutPrefix(granted.Path(), "/ns/"); ok {
-		if ns, sa, ok := strings.Cut(rest, "/sa/"); ok && !strings.Contains(sa, "/") {
+		if ns, sa, ok := strings.Cut(rest, "/sa/"); ok && !strings.Contains(ns, "/") && !strings.Contains(sa, "/") {
 			in.ns, in.sa = ns, sa
 		}
 	}
@@ -300,7 +322,7 @@ func (in *input) ResolveName(name string) (any, bool) {
 	case "node":
 		return types.String(in.r.Caller.NodeName), true
 	case "ttl":
-		return types.Duration{Duration: in.r.TTL}, true
+		return types.Duration{Duration: in.ttl}, true
 	case "namespaceLabels":
 		return in.lookup(&in.nsLabels, func() (map[string]string, error) { return in.labels.NamespaceLabels(in.r.Cluster, in.ns) })
 	case "nodeLabels":
@@ -327,20 +349,38 @@ func (in *input) lookup(cached *ref.Val, get func() (map[string]string, error)) 
 // namespaceLabels is the labels of the identity's namespace, for a
 // namespace selector.
 func (in *input) namespaceLabels() (labels.Set, error) {
-	if in.ns == "" {
-		return labels.Set{}, nil
+	if in.nsSet != nil {
+		return in.nsSet, nil
 	}
-	return in.labels.NamespaceLabels(in.r.Cluster, in.ns)
+	if in.ns == "" {
+		in.nsSet = labels.Set{} // not a namespace's identity: in none
+		return in.nsSet, nil
+	}
+	m, err := in.labels.NamespaceLabels(in.r.Cluster, in.ns)
+	if err != nil {
+		return nil, err
+	}
+	in.nsSet = labels.Set(m)
+	return in.nsSet, nil
 }
 
 // eval evaluates p against in: a bool, or a time.Duration.
 func (in *input) eval(ctx context.Context, p program) (any, error) {
-	out, _, err := p.prg.ContextEval(ctx, in)
+	if in.cost > MaxRequestCost {
+		return nil, errRequestCost
+	}
+	in.lookupErr = nil
+	out, det, err := p.prg.ContextEval(ctx, in)
+	if det != nil && det.ActualCost() != nil {
+		in.cost += *det.ActualCost()
+	}
 	if err != nil {
 		return nil, err
 	}
 	return out.Value(), nil
 }
+
+var errRequestCost = fmt.Errorf("the policies' expressions cost more than %d for this request", MaxRequestCost)
 
 // refusal is a policy's refusal of a request one of its expressions (p)
 // could not evaluate: unavailable when an input it read is not known now,
@@ -350,5 +390,5 @@ func (in *input) refusal(policy string, p program, err error) error {
 	if in.lookupErr != nil {
 		return unavailable(policy, fmt.Errorf("%s: %w", p.source, in.lookupErr))
 	}
-	return &issuance.PolicyError{Policy: policy, Message: fmt.Sprintf("%s: %v", p.source, err)}
+	return &issuance.PolicyError{Policy: policy, Message: clip(fmt.Sprintf("%s: %v", p.source, err), maxRefusalMessage)}
 }

@@ -93,6 +93,13 @@ func TestDecide(t *testing.T) {
 		{name: "a match condition narrows", policies: []*IssuancePolicy{pol("agents-only", Spec{MatchConditions: []MatchCondition{{Name: "agent", Expression: "callerKind == 'node-agent'"}}, MaxTTL: "duration('2h')"})},
 			ns: "shop", sa: "api", kind: issuance.CallerWorkload},
 		{name: "door selection", policies: []*IssuancePolicy{pol("podcert-only", Spec{Match: Match{Doors: []string{"podcert"}}, MaxTTL: "duration('2h')"})}, door: grpc, ns: "shop", sa: "api"},
+		{name: "a cap above the lifetime asked for lowers nothing", policies: []*IssuancePolicy{pol("cap-long", Spec{MaxTTL: "duration('48h')"})}, ns: "shop", sa: "api"},
+		{name: "a bad identity pattern: the policy selects more, never less", policies: []*IssuancePolicy{pol("bad-pattern", Spec{Match: Match{Identities: []string{"spiffe://cluster.local/ns/[shop/sa/*"}}})},
+			ns: "payments", sa: "api", wantErr: issuance.ErrPolicyUnavailable, wantPolicy: "bad-pattern"},
+		{name: "an unknown input in a dry-run policy does not make a later failure unavailable",
+			policies: []*IssuancePolicy{pol("a-dry", Spec{DryRun: true, Validations: []Validation{{Expression: "nodeLabels['pool'] == 'x'"}}}),
+				pol("b-strict", Spec{Validations: []Validation{{Expression: "{'a': 'b'}['c'] == 'd'"}}})},
+			ns: "shop", sa: "api", labels: fakeLabels{err: errors.New("not synced")}, wantErr: errDenied, wantPolicy: "b-strict", wantDry: []string{"a-dry"}},
 		{name: "a TTL expression from the request", policies: []*IssuancePolicy{pol("half", Spec{MaxTTL: "ttl - ttl"})}, ns: "shop", sa: "api", wantErr: errDenied, wantPolicy: "half"},
 	}
 	c, err := NewCompiler()
@@ -121,8 +128,8 @@ func TestDecide(t *testing.T) {
 			r, id := req(tt.ns, tt.sa, tt.node, kind)
 			v, err := set.Decide(context.Background(), door, r, id)
 			checkRefusal(t, err, tt.wantErr, tt.wantPolicy)
-			if err == nil && v.MaxValidity != tt.wantMax {
-				t.Errorf("MaxValidity = %v, want %v", v.MaxValidity, tt.wantMax)
+			if err == nil && v.MaxTTL != tt.wantMax {
+				t.Errorf("MaxTTL = %v, want %v", v.MaxTTL, tt.wantMax)
 			}
 			if strings.Join(v.WouldDeny, ",") != strings.Join(tt.wantDry, ",") {
 				t.Errorf("WouldDeny = %v, want %v", v.WouldDeny, tt.wantDry)

@@ -23,7 +23,7 @@ func (a *app) watchPolicies(ctx context.Context) (issuance.Policy, error) {
 		return nil, err
 	}
 	w, err := watch.New(watch.Config{Policies: a.kube.policies, Metadata: a.kube.labels, Cluster: a.cfg.ClusterID,
-		Compiler: compiler, Observer: a.metrics, Logger: a.log.With("component", "policy"), StatusInterval: a.cfg.PolicyStatusInterval})
+		Compiler: compiler, Observer: a.metrics, TTL: a.authority.TTL, Logger: a.log.With("component", "policy"), StatusInterval: a.cfg.PolicyStatusInterval})
 	if err != nil {
 		return nil, err
 	}

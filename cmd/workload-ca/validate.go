@@ -46,6 +46,9 @@ func validateServe(ctx context.Context, c serveConfig, stdout io.Writer) error {
 		verification = "pod-bound tokens of the cluster's issuer verified locally, others by TokenReview"
 	}
 	w.printf("  callers: audiences %s; %s; node agents %v", strings.Join(c.TokenAudiences, ","), verification, c.NodeAgents)
+	if c.IssuancePolicies {
+		w.printf("  requests also decided by the IssuancePolicy resources (every replica)")
+	}
 	if c.ClusterID != "" {
 		w.printf("  only requests for cluster %s", c.ClusterID)
 	}
@@ -147,9 +150,7 @@ func leaderTasks(c serveConfig) []string {
 	if c.PodCertificates {
 		tasks = append(tasks, "PodCertificateRequests of signer "+c.SignerName)
 	}
-	if c.IssuancePolicies {
-		tasks = append(tasks, "decide requests by the IssuancePolicy resources")
-	}
+
 	return tasks
 }
 

@@ -186,7 +186,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	if !a.cfg.PodCertificates {
 		return nil
 	}
-	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain,
+	c, err := podcert.New(podcert.Config{Client: a.kube.podCerts, SignerName: a.cfg.SignerName, TrustDomain: a.cfg.TrustDomain, ClusterID: a.cfg.ClusterID,
 		Signer: a.authority, Pipeline: a.pipeline, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
 		Workers: a.cfg.PodCertWorkers, Pods: a.local.Pods(), Accounts: a.local.Accounts()})
 	if err != nil {

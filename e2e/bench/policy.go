@@ -4,15 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"sigs.k8s.io/yaml"
 
 	"github.com/workload-ca/workload-ca/e2e/controlplane"
 	"github.com/workload-ca/workload-ca/policy"
@@ -30,7 +27,7 @@ func (b *bench) measurePolicies(ctx context.Context, cp *controlplane.ControlPla
 	if err != nil {
 		return err
 	}
-	if err := installCRD(ctx, dyn, b.opts.policyCRD); err != nil {
+	if err := cp.InstallCRD(ctx, b.opts.policyCRD); err != nil {
 		return fmt.Errorf("policies: %w", err)
 	}
 	client := dyn.Resource(watch.GVR)
@@ -107,27 +104,4 @@ func deletePolicies(ctx context.Context, client dynamic.ResourceInterface, names
 		errs = append(errs, client.Delete(ctx, name, metav1.DeleteOptions{}))
 	}
 	return errors.Join(errs...)
-}
-
-// installCRD creates the CRD in file and waits until it is served.
-func installCRD(ctx context.Context, dyn dynamic.Interface, file string) error {
-	raw, err := os.ReadFile(file)
-	if err != nil {
-		return err
-	}
-	obj := map[string]any{}
-	if err := yaml.Unmarshal(raw, &obj); err != nil {
-		return err
-	}
-	u := &unstructured.Unstructured{Object: obj}
-	crds := dyn.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
-	if _, err := crds.Apply(ctx, u.GetName(), u, metav1.ApplyOptions{FieldManager: "workload-ca-bench", Force: true}); err != nil {
-		return err
-	}
-	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if _, err := dyn.Resource(watch.GVR).List(ctx, metav1.ListOptions{Limit: 1}); err == nil {
-			return nil
-		}
-	}
-	return fmt.Errorf("CRD %s not served after 30s", u.GetName())
 }

@@ -35,6 +35,7 @@ func Check(ctx context.Context, client kubernetes.Interface) error {
 
 func permissions() []rbac.Permission {
 	return []rbac.Permission{
+		{Group: policy.Group, Resource: policy.Resource, Verb: "get"},
 		{Group: policy.Group, Resource: policy.Resource, Verb: "list"},
 		{Group: policy.Group, Resource: policy.Resource, Verb: "watch"},
 		{Group: policy.Group, Resource: policy.Resource, Subresource: "status", Verb: "update"},

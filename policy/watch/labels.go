@@ -74,8 +74,14 @@ func (l *labelIndex) lookup(inf cache.SharedIndexInformer, kind, cluster, name s
 		return nil, nil
 	}
 	obj, ok, err := inf.GetStore().GetByKey(name)
-	if err != nil || !ok {
-		return nil, err // gone, or never was: no labels
+	switch {
+	case err != nil:
+		return nil, fmt.Errorf("%w: %w", issuance.ErrPolicyUnavailable, err)
+	case !ok:
+		// The node rule has just seen a pod of it, so it exists: the
+		// informer has not seen it yet. Labels not seen are unknown,
+		// not absent.
+		return nil, fmt.Errorf("%w: %s %q is not listed yet", issuance.ErrPolicyUnavailable, kind, name)
 	}
 	return obj.(*metav1.PartialObjectMetadata).Labels, nil
 }

@@ -3,7 +3,10 @@ package watch
 import (
 	"context"
 	"fmt"
+	"slices"
+	"unicode/utf8"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,31 +23,32 @@ const maxConditionMessage = 1024
 // to each policy's status, and sets its Compiled condition for its
 // generation. A policy whose status is current and that decided nothing
 // is not written. Counts that could not be written are kept for the next
-// time.
+// time; those of a policy gone are dropped.
 func (w *Watcher) writeStatus(ctx context.Context) {
-	taken := w.tally.Take()
 	w.mu.Lock()
-	compiled := make(map[string]*policy.Compiled, len(w.compiled))
-	for _, c := range w.compiled {
-		compiled[c.Name] = c
+	current := slices.Clone(w.current)
+	taken := w.tally.Take()
+	keys := map[string]bool{}
+	for _, c := range current {
+		keys[c.Key()] = true
 	}
-	w.mu.Unlock()
-	for name := range taken {
-		if _, ok := compiled[name]; !ok {
-			delete(taken, name) // the policy is gone
-			w.tally.Forget(name)
+	for key := range taken {
+		if !keys[key] {
+			w.tally.Forget(key)
 		}
 	}
-	for name, c := range compiled {
-		add := taken[name]
+	w.mu.Unlock()
+	for _, c := range current {
+		add := taken[c.Key()]
 		if err := w.updateStatus(ctx, c, add); err != nil {
-			w.tally.Return(name, add)
-			w.cfg.Logger.WarnContext(ctx, "the status of an IssuancePolicy could not be written", "policy", name, "error", err)
+			w.tally.Return(c.Key(), add)
+			w.cfg.Logger.WarnContext(ctx, "the status of an IssuancePolicy could not be written", "policy", c.Name, "error", err)
 		}
 	}
 }
 
-// updateStatus writes one policy's status, with its decisions plus add.
+// updateStatus writes one policy's status: its decisions plus add, and,
+// if it is still the generation c was compiled from, c's condition.
 func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add policy.Decisions) error {
 	client := w.cfg.Policies.Resource(GVR)
 	first := true
@@ -55,23 +59,26 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 		} else {
 			var err error
 			if u, err = client.Get(ctx, c.Name, metav1.GetOptions{}); err != nil {
+				if apierrors.IsNotFound(err) {
+					return nil // gone: its counts with it
+				}
 				return err
 			}
 		}
 		first = false
-		p, err := toPolicy(u)
-		if err != nil {
-			return err
+		if c.UID != "" && string(u.GetUID()) != c.UID {
+			return nil // another policy of the same name: not its counts
 		}
-		if p.Generation != c.Generation {
-			return nil // a newer generation: written once it is compiled
-		}
-		st := p.Status
-		before := st.DeepCopyConditions()
-		st.ObservedGeneration = p.Generation
-		meta.SetStatusCondition(&st.Conditions, compiledCondition(c))
+		st := statusOf(u)
+		changed := add != (policy.Decisions{})
 		st.Decisions.Add(add)
-		if add == (policy.Decisions{}) && p.Status.ObservedGeneration == p.Generation && conditionsEqual(before, st.Conditions) {
+		if u.GetGeneration() == c.Generation {
+			before := slices.Clone(st.Conditions)
+			meta.SetStatusCondition(&st.Conditions, compiledCondition(c))
+			changed = changed || st.ObservedGeneration != c.Generation || !conditionsEqual(before, st.Conditions)
+			st.ObservedGeneration = c.Generation
+		}
+		if !changed {
 			return nil
 		}
 		obj, err := runtime.DefaultUnstructuredConverter.ToUnstructured(&st)
@@ -84,6 +91,20 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 	})
 }
 
+// statusOf reads a policy's status; what cannot be read starts afresh
+// (the CA writes it).
+func statusOf(u *unstructured.Unstructured) policy.Status {
+	var st policy.Status
+	raw, ok, err := unstructured.NestedMap(u.Object, "status")
+	if err != nil || !ok {
+		return st
+	}
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(raw, &st); err != nil {
+		return policy.Status{}
+	}
+	return st
+}
+
 func compiledCondition(c *policy.Compiled) metav1.Condition {
 	cond := metav1.Condition{Type: policy.ConditionCompiled, Status: metav1.ConditionTrue, Reason: "Compiled",
 		Message: "compiled; deciding the requests it selects", ObservedGeneration: c.Generation}
@@ -93,7 +114,11 @@ func compiledCondition(c *policy.Compiled) metav1.Condition {
 	if c.Err != nil {
 		msg := c.Err.Error()
 		if len(msg) > maxConditionMessage {
-			msg = msg[:maxConditionMessage] + "..."
+			cut := maxConditionMessage
+			for cut > 0 && !utf8.RuneStart(msg[cut]) {
+				cut--
+			}
+			msg = msg[:cut] + "…"
 		}
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "CompileError",
 			fmt.Sprintf("does not compile; refusing, as unavailable, the requests it selects: %s", msg)

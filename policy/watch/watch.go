@@ -29,8 +29,8 @@ import (
 var GVR = schema.GroupVersionResource{Group: policy.Group, Version: policy.Version, Resource: policy.Resource}
 
 // MaxPolicies bounds the policies the CA decides by: beyond it, the
-// policies last in name order are not compiled, and refuse as unavailable
-// what they select.
+// policies last in name order refuse as unavailable what they select
+// (their status says why).
 const MaxPolicies = 1000
 
 // DefaultStatusInterval is how often each replica adds its decisions to
@@ -45,9 +45,12 @@ type Config struct {
 	Metadata metadata.Interface
 	// Cluster is the local cluster's id: the only cluster whose labels
 	// are known.
-	Cluster        string
-	Compiler       *policy.Compiler
-	Observer       Observer
+	Cluster  string
+	Compiler *policy.Compiler
+	Observer Observer
+	// TTL is the lifetime the CA gives a request asking for a TTL
+	// (policy.SetConfig.TTL).
+	TTL            func(requested time.Duration) time.Duration
 	Logger         *slog.Logger
 	Clock          clock.WithTicker
 	StatusInterval time.Duration
@@ -74,8 +77,10 @@ type Watcher struct {
 	set      atomic.Pointer[policy.Set]
 
 	mu sync.Mutex
-	// compiled caches each policy's compilation by its uid and generation.
+	// compiled caches each policy's compilation by its uid and generation;
+	// current is the Set's policies.
 	compiled map[string]*policy.Compiled
+	current  []*policy.Compiled
 }
 
 // New returns a watcher; Run starts it.
@@ -103,7 +108,14 @@ func New(cfg Config) (*Watcher, error) {
 	w.informer = dynamicinformer.NewFilteredDynamicInformer(cfg.Policies, GVR, "", 0, cache.Indexers{}, nil).Informer()
 	rebuild := func(any) { w.rebuild() }
 	if _, err := w.informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: rebuild, UpdateFunc: func(_, o any) { rebuild(o) }, DeleteFunc: rebuild,
+		AddFunc: rebuild, DeleteFunc: rebuild,
+		UpdateFunc: func(old, o any) {
+			// Status writes (every replica's, every interval) change
+			// neither; a spec change bumps the generation.
+			if keyOf(old) != keyOf(o) {
+				w.rebuild()
+			}
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -168,18 +180,10 @@ func (w *Watcher) rebuild() {
 	next := map[string]*policy.Compiled{}
 	var out []*policy.Compiled
 	for _, obj := range w.informer.GetStore().List() {
-		p, err := toPolicy(obj)
-		if err != nil {
-			w.cfg.Logger.Warn("an IssuancePolicy cannot be read", "error", err)
-			continue
-		}
-		key := fmt.Sprintf("%s/%d", p.UID, p.Generation)
+		key := keyOf(obj)
 		c, ok := w.compiled[key]
 		if !ok {
-			c = w.cfg.Compiler.Compile(p)
-			if c.Err != nil {
-				w.cfg.Logger.Warn("an IssuancePolicy does not compile; it refuses what it selects", "policy", p.Name, "error", c.Err)
-			}
+			c = w.compile(obj)
 		}
 		next[key] = c
 		out = append(out, c)
@@ -191,7 +195,8 @@ func (w *Watcher) rebuild() {
 		c.Err = fmt.Errorf("more than %d issuance policies: the CA decides by the first %d in name order", MaxPolicies, MaxPolicies)
 		out[i] = &c
 	}
-	w.set.Store(policy.NewSet(out, policy.SetConfig{Labels: w.labels, Tally: w.tally, Observer: w.cfg.Observer}))
+	w.current = out
+	w.set.Store(policy.NewSet(out, policy.SetConfig{Labels: w.labels, Tally: w.tally, Observer: w.cfg.Observer, TTL: w.cfg.TTL}))
 	names := make([]string, len(out))
 	for i, c := range out {
 		names[i] = c.Name
@@ -199,14 +204,40 @@ func (w *Watcher) rebuild() {
 	w.cfg.Observer.PoliciesInstalled(names, policy.AllDecisions())
 }
 
-// toPolicy reads an IssuancePolicy from the informer's store.
-func toPolicy(obj any) (*policy.IssuancePolicy, error) {
+// compile compiles a policy from the informer's store. One that cannot
+// be read fails closed: it selects every request, and refuses it as
+// unavailable.
+func (w *Watcher) compile(obj any) *policy.Compiled {
+	u, _ := obj.(*unstructured.Unstructured)
+	if u == nil {
+		return &policy.Compiled{Name: fmt.Sprintf("(a %T)", obj), Err: fmt.Errorf("unexpected %T in the store", obj)}
+	}
+	p, err := toPolicy(u)
+	if err != nil {
+		w.cfg.Logger.Warn("an IssuancePolicy cannot be read; it refuses every request", "policy", u.GetName(), "error", err)
+		return &policy.Compiled{Name: u.GetName(), UID: string(u.GetUID()), Generation: u.GetGeneration(), Err: err}
+	}
+	c := w.cfg.Compiler.Compile(p)
+	if c.Err != nil {
+		w.cfg.Logger.Warn("an IssuancePolicy does not compile; it refuses what it selects", "policy", p.Name, "error", c.Err)
+	}
+	return c
+}
+
+// keyOf is a policy's uid and generation: what it is compiled once for.
+func keyOf(obj any) string {
 	u, ok := obj.(*unstructured.Unstructured)
 	if !ok {
-		return nil, fmt.Errorf("unexpected %T", obj)
+		return fmt.Sprintf("%T", obj)
 	}
+	return fmt.Sprintf("%s/%d", u.GetUID(), u.GetGeneration())
+}
+
+// toPolicy reads an IssuancePolicy strictly: a field this CA does not
+// know (a newer version's rule) is an error, not a rule ignored.
+func toPolicy(u *unstructured.Unstructured) (*policy.IssuancePolicy, error) {
 	p := &policy.IssuancePolicy{}
-	if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, p); err != nil {
+	if err := runtime.DefaultUnstructuredConverter.FromUnstructuredWithValidation(u.Object, p, true); err != nil {
 		return nil, fmt.Errorf("%s: %w", u.GetName(), err)
 	}
 	return p, nil
