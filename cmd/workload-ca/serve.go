@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
+	"github.com/workload-ca/workload-ca/ca/upstream/upstreamconfig"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
@@ -41,7 +42,7 @@ type serveConfig struct {
 	// UpstreamConfig is the file of --ca-upstream-config, Upstream what
 	// it holds: the upstream CA that issues the intermediates.
 	UpstreamConfig  string
-	Upstream        *upstreamConfig
+	Upstream        *upstreamconfig.Config
 	CASecret        types.NamespacedName
 	CATTL           time.Duration
 	Propagation     time.Duration
@@ -317,7 +318,7 @@ func (c *serveConfig) finishCA(caSecret string) []error {
 	}
 	c.CASecret = types.NamespacedName{Namespace: ns, Name: name}
 	if c.UpstreamConfig != "" {
-		u, err := loadUpstream(c.UpstreamConfig, ns)
+		u, err := upstreamconfig.Load(c.UpstreamConfig, ns)
 		if err != nil {
 			return []error{fmt.Errorf("--ca-upstream-config: %w", err)}
 		}

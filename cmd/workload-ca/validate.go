@@ -108,7 +108,7 @@ func validateMaterial(c serveConfig, key crypto.Signer) (string, error) {
 			c.CASecret, root.Cert.Subject.String(), c.CARootDir, root.Cert.NotAfter.UTC().Format("2006-01-02")), nil
 	case c.Upstream != nil:
 		return fmt.Sprintf("Secret %s (not read by --validate: it needs the API server), %s intermediates of %v issued by %s (not reached by --validate)",
-			c.CASecret, c.CAKeyType, c.CATTL, c.Upstream.describe()), nil
+			c.CASecret, c.CAKeyType, c.CATTL, c.Upstream.Describe()), nil
 	}
 	return fmt.Sprintf("Secret %s (not read by --validate: it needs the API server), self-signed %s roots of %v, rotated at half-life",
 		c.CASecret, c.CAKeyType, c.CATTL), nil

@@ -29,6 +29,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/source"
+	"github.com/workload-ca/workload-ca/ca/upstream/upstreamconfig"
 	"github.com/workload-ca/workload-ca/internal/component"
 	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/istiodcert"
@@ -151,7 +152,7 @@ func (a *app) loadCA(ctx context.Context) error {
 		cfg.Secret, cfg.Client, cfg.Policy = a.cfg.CASecret, a.kube.caState, policy
 	}
 	if a.cfg.Upstream != nil {
-		m, err := a.upstreamMinter()
+		m, err := a.cfg.Upstream.Minter(a.upstreamWiring())
 		if err != nil {
 			return fmt.Errorf("--ca-upstream-config: %w", err)
 		}
@@ -164,6 +165,26 @@ func (a *app) loadCA(ctx context.Context) error {
 	a.source, a.authority = src, src.Authority()
 	a.add(src.Components()...)
 	return nil
+}
+
+// upstreamWiring is what the upstream's Minter takes from the process:
+// before the source is open, the first intermediate is being made and
+// there are no anchors, nor a successor to miss.
+func (a *app) upstreamWiring() upstreamconfig.Wiring {
+	obs := metrics.WatchUpstream(a.reg, time.Now, func() (time.Time, bool) {
+		if a.source == nil {
+			return time.Time{}, false
+		}
+		return a.source.SuccessorMissing()
+	})
+	current := func() []*x509.Certificate {
+		if a.source == nil {
+			return nil
+		}
+		return a.source.Anchors()
+	}
+	return upstreamconfig.Wiring{Client: a.kube.upstream, TrustDomain: a.cfg.TrustDomain, KeyType: a.cfg.CAKeyType,
+		Lifetime: a.cfg.CATTL, Current: current, Observer: obs, Logger: a.log}
 }
 
 // buildPipeline makes the issuance pipeline both front doors hand their
