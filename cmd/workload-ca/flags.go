@@ -8,9 +8,6 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
-	"go.step.sm/crypto/kms/apiv1"
-
-	"github.com/workload-ca/workload-ca/ca/keystore"
 )
 
 // groupAnnotation holds the help section of a flag.
@@ -142,19 +139,6 @@ func (l *listFlag) Set(s string) error {
 		if v = strings.TrimSpace(v); v != "" {
 			*l = append(*l, v)
 		}
-	}
-	return nil
-}
-
-// checkKeyURI refuses a --ca-key-uri that is not a URI of a KMS type
-// go.step.sm/crypto knows, before anything is opened.
-func checkKeyURI(raw string) []error {
-	if _, err := keystore.RedactKeyURI(raw); err != nil {
-		return []error{fmt.Errorf("--ca-key-uri: %w", err)}
-	}
-	if _, err := apiv1.TypeOf(raw); err != nil {
-		scheme, _, _ := strings.Cut(raw, ":")
-		return []error{fmt.Errorf("--ca-key-uri: unknown KMS %q (want pkcs11, awskms, cloudkms, azurekms or softkms)", scheme)}
 	}
 	return nil
 }

@@ -3,34 +3,11 @@ package main
 import (
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/rsa"
-	"fmt"
-
-	"go.step.sm/crypto/kms/apiv1"
-
-	// PKCS#11, besides softkms (always there), for --ca-key-uri; the cloud
-	// KMSes are in kms_cloud.go. PKCS#11 needs cgo (it loads the HSM's
-	// module); a build without cgo refuses pkcs11: URIs with an error that
-	// says so.
-	_ "go.step.sm/crypto/kms/pkcs11"
 
 	"github.com/workload-ca/workload-ca/ca/keystore"
+	// The KMS types --ca-key-uri accepts.
+	_ "github.com/workload-ca/workload-ca/ca/keystore/kmstypes"
 )
-
-// keyAlgorithm names a public key's algorithm for logs, e.g. ecdsa-P-256.
-func keyAlgorithm(pub crypto.PublicKey) string {
-	switch k := pub.(type) {
-	case *ecdsa.PublicKey:
-		return "ecdsa-" + k.Curve.Params().Name
-	case *rsa.PublicKey:
-		return fmt.Sprintf("rsa-%d", k.N.BitLen())
-	case ed25519.PublicKey:
-		return "ed25519"
-	}
-	return fmt.Sprintf("%T", pub)
-}
 
 // openCAKey opens the key of --ca-key-uri, once for the life of the
 // process: the directory it belongs to may be reloaded, the key is not.
@@ -43,7 +20,7 @@ func (a *app) openCAKey(ctx context.Context) error {
 		return err
 	}
 	a.caKey = k
-	a.log.Info("CA key opened", "uri", k.URI, "algorithm", keyAlgorithm(k.Public()))
+	a.log.Info("CA key opened", "uri", k.URI, "algorithm", k.Algorithm())
 	return nil
 }
 
@@ -76,11 +53,8 @@ const kmsSigns = 64
 // a KMS key (not a file through softkms) signs leaves, else 0, which the
 // server reads as the number of CPUs.
 func signsDefault(c *serveConfig) int {
-	if c.CAKeyURI == "" || c.CADir == "" {
-		return 0
+	if c.CADir != "" && keystore.SignsRemotely(c.CAKeyURI) {
+		return kmsSigns
 	}
-	if t, err := apiv1.TypeOf(c.CAKeyURI); err == nil && t == apiv1.SoftKMS {
-		return 0
-	}
-	return kmsSigns
+	return 0
 }

@@ -433,7 +433,9 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		errs = append(errs, fmt.Errorf("--istio-root-configmap-namespaces: %w", err))
 	}
 	if c.CAKeyURI != "" {
-		errs = append(errs, checkKeyURI(c.CAKeyURI)...)
+		if err := keystore.CheckKeyURI(c.CAKeyURI); err != nil {
+			errs = append(errs, fmt.Errorf("--ca-key-uri: %w", err))
+		}
 	}
 	if err := keystore.CheckKeyType(c.CAKeyType); err != nil {
 		errs = append(errs, fmt.Errorf("--ca-key-type: %w", err))
