@@ -21,6 +21,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/upstream/upstreamconfig"
+	"github.com/workload-ca/workload-ca/internal/leader"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
@@ -120,7 +121,7 @@ type serveConfig struct {
 	// would run and exits (--validate).
 	Validate         bool
 	LeaderElectionID string
-	Lease            leaseDurations
+	Lease            leader.Durations
 }
 
 // serveFlagValues are the flags' values before they are validated into
@@ -216,9 +217,9 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.section("Leader election")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
-	fs.DurationVar(&c.Lease.lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
-	fs.DurationVar(&c.Lease.renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
-	fs.DurationVar(&c.Lease.retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
+	fs.DurationVar(&c.Lease.Lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
+	fs.DurationVar(&c.Lease.Renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
+	fs.DurationVar(&c.Lease.Retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
 	fs.section("Observability")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
@@ -475,8 +476,8 @@ func (c *serveConfig) finish(td, tlsMin, logLevel, caSecret, rootNamespaces stri
 		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
 	}
 	// client-go's own checks, with its jitter of the retry period (1.2).
-	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.retry <= 0 ||
-		float64(c.Lease.renew) <= leaderelection.JitterFactor*float64(c.Lease.retry) || c.Lease.lease <= c.Lease.renew {
+	if c.LeaderElectionNS == "" || c.LeaderElectionID == "" || c.Lease.Retry <= 0 ||
+		float64(c.Lease.Renew) <= leaderelection.JitterFactor*float64(c.Lease.Retry) || c.Lease.Lease <= c.Lease.Renew {
 		errs = append(errs, errors.New("leader election: want a namespace and id, and lease duration > renew deadline > 1.2 × retry period > 0"))
 	}
 	if c.GracePeriod <= 0 || c.ShutdownDelay < 0 || c.MaxConnAge < 0 || c.MaxConnIdle < 0 || c.AuthDeadline < 0 || c.MaxUnauthPerAddr < 0 {

@@ -125,7 +125,7 @@ func TestParseServeFlags(t *testing.T) {
 		{name: "a word after a boolean flag is refused, not the rest dropped", args: []string{"--ca-dir", "/ca", "--pprof", "false", "--max-ttl", "1h"}, wantErr: "unexpected arguments"},
 		{name: "renew deadline within client-go's jitter of the retry period", args: []string{"--ca-dir", "/ca", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "9s"}, wantErr: "leader election"},
 		{name: "renew deadline past the jittered retry period", args: []string{"--ca-dir", "/ca", "--leader-election-renew-deadline", "10s", "--leader-election-retry-period", "8s"}, check: func(t *testing.T, c serveConfig) {
-			if c.Lease.renew != 10*time.Second || c.Lease.retry != 8*time.Second {
+			if c.Lease.Renew != 10*time.Second || c.Lease.Retry != 8*time.Second {
 				t.Errorf("lease %+v", c.Lease)
 			}
 		}},

@@ -31,6 +31,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/source"
 	"github.com/workload-ca/workload-ca/ca/upstream/upstreamconfig"
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/internal/leader"
 	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
@@ -474,19 +475,19 @@ func (a *app) run(ctx context.Context) error {
 	})
 	adminSrv := admin.New(admin.Config{Gatherer: a.reg, Readiness: a.readiness, Pprof: a.cfg.Pprof, Logger: a.log.With("component", "admin")})
 	g.Go(func() error { return adminSrv.Serve(serving, a.adminLis) })
-	var leaderTasks []leaderTask
+	var leaderTasks []leader.Task
 	for _, c := range a.components {
 		switch {
 		case c.Run == nil:
 		case c.Leader:
-			leaderTasks = append(leaderTasks, leaderTask{name: c.Name, run: c.Run})
+			leaderTasks = append(leaderTasks, leader.Task{Name: c.Name, Run: c.Run})
 		default:
 			g.Go(func() error { return c.Run(serving) })
 		}
 	}
 	if len(leaderTasks) > 0 {
-		l := newLeader(a.kube.leader, a.cfg.LeaderElectionNS, a.cfg.LeaderElectionID, a.cfg.Lease, a.log.With("component", "leader"), leaderTasks...)
-		l.onChange = a.metrics.SetLeader
+		l := leader.New(leader.Config{Client: a.kube.leader, Namespace: a.cfg.LeaderElectionNS, Name: a.cfg.LeaderElectionID,
+			Durations: a.cfg.Lease, Tasks: leaderTasks, Logger: a.log.With("component", "leader"), OnChange: a.metrics.SetLeader})
 		g.Go(func() error { return l.Run(shutdown) })
 	}
 	err := g.Wait()
