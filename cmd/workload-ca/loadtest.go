@@ -10,6 +10,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/workload-ca/workload-ca/caclient"
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
@@ -115,8 +116,8 @@ func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
 
 func runLoadtest(ctx context.Context, c loadtestConfig, stdout, stderr io.Writer) error {
 	var err error
-	if c.run.Roots, err = rootPool(c.rootCert); err != nil {
-		return err
+	if c.run.Roots, err = caclient.ReadRoots(c.rootCert); err != nil {
+		return fmt.Errorf("--root-cert: %w", err)
 	}
 	plan, err := loadtest.ReadPlanFile(c.planFile)
 	if err != nil {

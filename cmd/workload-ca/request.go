@@ -2,20 +2,15 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"go.step.sm/crypto/pemutil"
 	"google.golang.org/grpc/status"
 
 	"github.com/workload-ca/workload-ca/caclient"
@@ -96,9 +91,9 @@ func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
 }
 
 func runRequest(ctx context.Context, cfg requestConfig, stdout, _ io.Writer) error {
-	pool, err := rootPool(cfg.RootCert)
+	pool, err := caclient.ReadRoots(cfg.RootCert)
 	if err != nil {
-		return err
+		return fmt.Errorf("--root-cert: %w", err)
 	}
 	token, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
@@ -125,71 +120,9 @@ func runRequest(ctx context.Context, cfg requestConfig, stdout, _ io.Writer) err
 		return fmt.Errorf("issued certificate does not verify against the returned roots: %w", err)
 	}
 	if cfg.OutDir != "" {
-		if err := writeResult(cfg.OutDir, res); err != nil {
+		if err := res.WriteFiles(cfg.OutDir); err != nil {
 			return err
 		}
 	}
-	return printResult(stdout, res, cfg.JSON)
-}
-
-// summary is what `request` prints.
-type summary struct {
-	SPIFFEID  string    `json:"spiffe_id"`
-	Serial    string    `json:"serial"`
-	NotBefore time.Time `json:"not_before"`
-	NotAfter  time.Time `json:"not_after"`
-	Chain     []string  `json:"chain"`
-	Roots     []string  `json:"roots"`
-}
-
-func printResult(w io.Writer, res *caclient.Result, asJSON bool) error {
-	s := summary{SPIFFEID: res.Leaf.URIs[0].String(), Serial: res.Leaf.SerialNumber.Text(16),
-		NotBefore: res.Leaf.NotBefore.UTC(), NotAfter: res.Leaf.NotAfter.UTC()}
-	for _, c := range res.Chain {
-		s.Chain = append(s.Chain, c.Subject.String())
-	}
-	for _, c := range res.Roots {
-		s.Roots = append(s.Roots, c.Subject.String())
-	}
-	if asJSON {
-		return json.NewEncoder(w).Encode(s)
-	}
-	_, err := fmt.Fprintf(w, "spiffe_id:  %s\nserial:     %s\nvalidity:   %s .. %s (%s)\nchain:      leaf -> %s\nroots:      %s\n",
-		s.SPIFFEID, s.Serial, s.NotBefore.Format(time.RFC3339), s.NotAfter.Format(time.RFC3339),
-		s.NotAfter.Sub(s.NotBefore).Round(time.Second), strings.Join(append(s.Chain, "[root bundle]"), " -> "),
-		strings.Join(s.Roots, "; "))
-	return err
-}
-
-// writeResult writes the key (0600), the chain and the roots.
-func writeResult(dir string, res *caclient.Result) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	keyPEM, err := pemutil.Serialize(res.Key, pemutil.WithPKCS8(true))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(keyPEM), 0o600); err != nil {
-		return err
-	}
-	chain := strings.Join(res.PEM[:len(res.PEM)-1], "")
-	if err := os.WriteFile(filepath.Join(dir, "cert-chain.pem"), []byte(chain), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "root-cert.pem"), []byte(res.PEM[len(res.PEM)-1]), 0o600)
-}
-
-// rootPool reads the PEM roots that verify the CA's serving certificate
-// (ztunnel's CA_ROOT_CA).
-func rootPool(path string) (*x509.CertPool, error) {
-	roots, err := pemutil.ReadCertificateBundle(path)
-	if err != nil {
-		return nil, fmt.Errorf("--root-cert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
-	return pool, nil
+	return res.Print(stdout, cfg.JSON)
 }
