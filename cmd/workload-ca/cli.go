@@ -10,6 +10,8 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
 // errUsage is wrapped by invalid command lines: they exit 2.
@@ -286,15 +288,15 @@ func hint(cmd *cobra.Command, msg string) string {
 	}
 	switch f.Value.Type() {
 	case "duration":
-		return " (--" + f.Name + " wants a duration, e.g. --" + f.Name + "=" + shortDuration(exampleValue(f, "24h")) + ")"
+		return " (--" + f.Name + " wants a duration, e.g. --" + f.Name + "=" + shortDuration(cliflag.ExampleOf(f, "24h")) + ")"
 	case "int":
-		return " (--" + f.Name + " wants a whole number, e.g. --" + f.Name + "=" + exampleValue(f, "4") + ")"
+		return " (--" + f.Name + " wants a whole number, e.g. --" + f.Name + "=" + cliflag.ExampleOf(f, "4") + ")"
 	case "float64":
-		return " (--" + f.Name + " wants a number, e.g. --" + f.Name + "=" + exampleValue(f, "50") + ")"
+		return " (--" + f.Name + " wants a number, e.g. --" + f.Name + "=" + cliflag.ExampleOf(f, "50") + ")"
 	case "bool":
 		return " (--" + f.Name + " is true or false, e.g. --" + f.Name + "=false)"
 	}
-	if v := exampleValue(f, ""); v != "" {
+	if v := cliflag.ExampleOf(f, ""); v != "" {
 		return " (e.g. --" + f.Name + "=" + v + ")"
 	}
 	return ""
@@ -310,21 +312,4 @@ func shortDuration(s string) string {
 		s = strings.TrimSuffix(s, "0m")
 	}
 	return s
-}
-
-// exampleAnnotation holds a flag's example value where its default is
-// not one (an empty default, or 0 meaning "choose for me").
-const exampleAnnotation = "workload-ca/example"
-
-// exampleValue is f's example: its annotation, else its default unless
-// that is empty or zero, else def.
-func exampleValue(f *pflag.Flag, def string) string {
-	if v := f.Annotations[exampleAnnotation]; len(v) > 0 {
-		return v[0]
-	}
-	switch f.DefValue {
-	case "", "0", "0s", "false", "[]":
-		return def
-	}
-	return f.DefValue
 }

@@ -8,70 +8,9 @@ import (
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
+
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
-
-// groupAnnotation holds the help section of a flag.
-const groupAnnotation = "workload-ca/group"
-
-// flagSet is a pflag.FlagSet whose flags are kept in definition order and
-// grouped in sections for the help and the configuration reference.
-type flagSet struct {
-	*pflag.FlagSet
-	group string
-}
-
-func newFlagSet(name string) *flagSet {
-	fs := pflag.NewFlagSet(name, pflag.ContinueOnError)
-	fs.SortFlags = false
-	return &flagSet{FlagSet: fs}
-}
-
-// section starts a group: the flags defined after it are in it.
-func (fs *flagSet) section(name string) {
-	fs.close()
-	fs.group = name
-}
-
-// done ends the last section and returns the flags.
-func (fs *flagSet) done() *pflag.FlagSet {
-	fs.close()
-	return fs.FlagSet
-}
-
-func (fs *flagSet) close() {
-	if fs.group == "" {
-		return
-	}
-	fs.VisitAll(func(f *pflag.Flag) {
-		if _, ok := f.Annotations[groupAnnotation]; !ok {
-			must(fs.SetAnnotation(f.Name, groupAnnotation, []string{fs.group}))
-		}
-	})
-}
-
-// example sets the example value a usage error about flag name shows.
-func (fs *flagSet) example(name, value string) {
-	must(fs.SetAnnotation(name, exampleAnnotation, []string{value}))
-}
-
-// flagGroups are the flags of fs by section, in order; flags of no
-// section are under "Flags".
-func flagGroups(fs *pflag.FlagSet) (names []string, groups map[string]*pflag.FlagSet) {
-	groups = map[string]*pflag.FlagSet{}
-	fs.VisitAll(func(f *pflag.Flag) {
-		name := "Flags"
-		if g := f.Annotations[groupAnnotation]; len(g) > 0 {
-			name = g[0]
-		}
-		if groups[name] == nil {
-			names = append(names, name)
-			groups[name] = pflag.NewFlagSet(name, pflag.ContinueOnError)
-			groups[name].SortFlags = false
-		}
-		groups[name].AddFlag(f)
-	})
-	return names, groups
-}
 
 // writeHelp prints a command's description, usage, subcommands and flags
 // by section.
@@ -92,7 +31,7 @@ func writeHelp(c *cobra.Command, w io.Writer) {
 		}
 	}
 	c.InitDefaultHelpFlag()
-	names, groups := flagGroups(c.Flags())
+	names, groups := cliflag.Groups(c.Flags())
 	for _, name := range names {
 		title := name
 		if name == "Flags" && len(names) > 1 {
@@ -124,21 +63,4 @@ func envFallback(fs *pflag.FlagSet) error {
 		}
 	})
 	return err
-}
-
-// listFlag is a comma-separated list; each use of the flag replaces it.
-type listFlag []string
-
-func (l *listFlag) String() string { return strings.Join(*l, ",") }
-
-func (l *listFlag) Type() string { return "list" }
-
-func (l *listFlag) Set(s string) error {
-	*l = nil
-	for _, v := range strings.Split(s, ",") {
-		if v = strings.TrimSpace(v); v != "" {
-			*l = append(*l, v)
-		}
-	}
-	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/internal/inspect"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 )
@@ -43,18 +44,18 @@ which certificate signs which.`,
 }
 
 func inspectFlags() (*pflag.FlagSet, func([]string) (inspectConfig, error)) {
-	fs := newFlagSet("inspect")
+	fs := cliflag.New("inspect")
 	var c inspectConfig
 	var output string
-	fs.section("ClusterTrustBundles")
+	fs.Section("ClusterTrustBundles")
 	fs.StringVar(&c.Bundle, "cluster-trust-bundle", "", "inspect the ClusterTrustBundle of this name")
 	fs.StringVar(&c.Signer, "signer", "", "inspect every ClusterTrustBundle of this signer, e.g. workload-ca.io/spiffe")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file for --cluster-trust-bundle and --signer (default: KUBECONFIG, then in-cluster)")
-	fs.section("Output")
+	fs.Section("Output")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.example("cluster-trust-bundle", "workload-ca.io:spiffe:1f2e3d4c5b6a7988")
-	fs.example("kubeconfig", "$HOME/.kube/config")
-	return fs.done(), func(files []string) (inspectConfig, error) {
+	fs.Example("cluster-trust-bundle", "workload-ca.io:spiffe:1f2e3d4c5b6a7988")
+	fs.Example("kubeconfig", "$HOME/.kube/config")
+	return fs.Done(), func(files []string) (inspectConfig, error) {
 		c.Files = files
 		switch output {
 		case "text":

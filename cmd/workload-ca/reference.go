@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
 // writeConfigReference writes the configuration reference of `workload-ca
@@ -23,7 +25,7 @@ every problem is reported together. [configuration.md](configuration.md)
 explains the main ones by task. The sections are those of
 ` + "`workload-ca serve --help`" + `.
 `)
-	names, groups := flagGroups(fs)
+	names, groups := cliflag.Groups(fs)
 	for _, name := range names {
 		b.WriteString("\n## " + name + "\n\n| flag | environment variable | default | meaning |\n| --- | --- | --- | --- |\n")
 		groups[name].VisitAll(func(f *pflag.Flag) {

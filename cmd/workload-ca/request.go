@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
 // requestConfig is the validated configuration of `workload-ca request`.
@@ -48,29 +49,29 @@ TLS verified with --root-cert. Prints the chain (or writes it to --out-dir).`,
 }
 
 func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
-	fs := newFlagSet("request")
+	fs := cliflag.New("request")
 	var c requestConfig
 	var id, output string
-	fs.section("Connection")
+	fs.Section("Connection")
 	fs.StringVar(&c.Addr, "addr", "localhost:15012", "CA address host:port (ztunnel's CA_ADDRESS)")
 	fs.StringVar(&c.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
 	fs.StringVar(&c.RootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
-	fs.section("Request")
+	fs.Section("Request")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token, re-read on every call as ztunnel does (required)")
 	fs.StringVar(&id, "identity", "", "SPIFFE ID to request, e.g. spiffe://cluster.local/ns/demo/sa/web (required)")
 	fs.BoolVar(&c.Impersonate, "impersonate", true, "send the identity as ImpersonatedIdentity metadata (ztunnel's shared mode); false asks for the caller's own identity")
 	fs.DurationVar(&c.TTL, "ttl", 24*time.Hour, "requested lifetime (validity_duration)")
 	fs.StringVar(&c.ClusterID, "cluster-id", caclient.DefaultClusterID, "cluster id sent in the clusterid header (ztunnel's CLUSTER_ID)")
-	fs.section("Output")
+	fs.Section("Output")
 	fs.StringVar(&c.OutDir, "out-dir", "", "write cert-chain.pem, key.pem and root-cert.pem here")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.example("root-cert", "root-cert.pem")
-	fs.example("token-file", "/var/run/secrets/tokens/istio-token")
-	fs.example("identity", "spiffe://cluster.local/ns/demo/sa/web")
-	fs.example("server-name", "istiod.istio-system.svc")
-	fs.example("out-dir", "./certs")
-	return fs.done(), func([]string) (requestConfig, error) {
+	fs.Example("root-cert", "root-cert.pem")
+	fs.Example("token-file", "/var/run/secrets/tokens/istio-token")
+	fs.Example("identity", "spiffe://cluster.local/ns/demo/sa/web")
+	fs.Example("server-name", "istiod.istio-system.svc")
+	fs.Example("out-dir", "./certs")
+	return fs.Done(), func([]string) (requestConfig, error) {
 		var errs []error
 		var err error
 		if c.Identity, err = spiffeid.FromString(id); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/keystore"
 	"github.com/workload-ca/workload-ca/ca/rotation"
 	"github.com/workload-ca/workload-ca/ca/upstream/upstreamconfig"
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/internal/leader"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/server"
@@ -129,29 +130,29 @@ type serveConfig struct {
 type serveFlagValues struct {
 	c                                                                       serveConfig
 	td, tlsMin, logLevel, logFormat, caSecret, rootNamespaces, verification string
-	dnsNames, audiences, agents, istiodNames, remoteKubeconfigs             listFlag
+	dnsNames, audiences, agents, istiodNames, remoteKubeconfigs             cliflag.List
 }
 
 // serveFlags defines the flags of `workload-ca serve`, in sections: the
 // one list the parser, the help and the generated configuration reference
 // read.
 func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
-	fs := newFlagSet("serve")
-	v := &serveFlagValues{dnsNames: listFlag{"localhost"}, audiences: listFlag{tokenreview.DefaultAudience},
-		agents: listFlag{"istio-system/ztunnel"}}
+	fs := cliflag.New("serve")
+	v := &serveFlagValues{dnsNames: cliflag.List{"localhost"}, audiences: cliflag.List{tokenreview.DefaultAudience},
+		agents: cliflag.List{"istio-system/ztunnel"}}
 	c := &v.c
-	fs.section("General")
+	fs.Section("General")
 	fs.BoolVar(&c.Validate, "validate", false, "check the flags and the CA material that needs no API server (a directory, a plug-in root, a KMS or HSM key), print what would run, and exit without writing anything")
-	fs.section("Serving")
+	fs.Section("Serving")
 	fs.StringVar(&c.ListenAddr, "listen-addr", ":15012", "gRPC listen address")
 	fs.Var(&v.dnsNames, "serving-dns-names", "comma-separated DNS names of the serving certificate (the names clients dial)")
 	fs.DurationVar(&c.ServingTTL, "serving-ttl", 24*time.Hour, "lifetime of the serving certificate; renewed after two thirds")
 	fs.StringVar(&v.tlsMin, "tls-min-version", "1.3", "minimum TLS version: 1.3 or 1.2")
-	fs.section("Identities and lifetimes")
+	fs.Section("Identities and lifetimes")
 	fs.StringVar(&v.td, "trust-domain", "cluster.local", "SPIFFE trust domain of issued identities")
 	fs.DurationVar(&c.DefaultTTL, "default-ttl", 24*time.Hour, "lifetime of a certificate when the request names none")
 	fs.DurationVar(&c.MaxTTL, "max-ttl", ca.DefaultMaxTTL, "longest certificate lifetime; longer requests are clamped. Certificates cannot be revoked: this is how long a stolen one stays usable")
-	fs.section("CA material")
+	fs.Section("CA material")
 	fs.StringVar(&c.CADir, "ca-dir", "", "directory of CA material (Istio cacerts or tls.crt/tls.key/ca.crt layout), hot-reloaded; a self-signed root is generated there when empty")
 	fs.BoolVar(&c.CADirCreate, "ca-dir-create", false, "with --ca-dir: create the directory, and a self-signed root in it, when it does not exist; without this a missing directory is an error, so a mistyped path never starts a new CA (an existing empty directory still gets a generated root)")
 	fs.StringVar(&v.caSecret, "ca-secret", "", "namespace/name of a Secret holding the CA's self-signed roots (or, with --ca-root-dir, intermediates) and rotation state; created by the first replica, rotated by the leader (instead of --ca-dir)")
@@ -160,30 +161,30 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.StringVar(&c.UpstreamConfig, "ca-upstream-config", "", "with --ca-secret: YAML file naming an upstream CA (Vault or OpenBao PKI, or a cert-manager issuer) that issues the CA's intermediates to keys the CA generates; leaves are still signed here, the upstream is asked once per rotation, and the trust bundle is the upstream's root (see docs/upstream.md)")
 	fs.StringVar(&c.CAKeyType, "ca-key-type", "ecdsa-p256", "key type of a generated root or intermediate: ecdsa-p256, ecdsa-p384, rsa-2048, rsa-3072, rsa-4096")
 	fs.DurationVar(&c.CADirPoll, "ca-dir-poll-interval", 5*time.Second, "how often --ca-dir or --ca-root-dir is checked for changed material (hot reload)")
-	fs.section("Rotation (with --ca-secret)")
+	fs.Section("Rotation (with --ca-secret)")
 	fs.DurationVar(&c.CATTL, "ca-ttl", rotation.DefaultCATTL, "with --ca-secret: lifetime of each generated root (or intermediate, cut at the root's expiry); rotation prepares the next at half-life")
 	fs.DurationVar(&c.Preview, "rotation-preview", 0, "with --ca-secret and --publish-trust-bundle: how long a new root is published only in a preview ClusterTrustBundle (k8s.spiffe.io/canarying: preview) before the live one holds it; the propagation delay counts from then (0: no preview stage)")
 	fs.DurationVar(&c.Propagation, "rotation-propagation-delay", rotation.DefaultPropagationDelay, "with --ca-secret: least time a new root is in the trust bundle before it signs, and with --ca-root-dir a new signing root before its intermediates do (rotating intermediates needs none: the bundle does not change)")
 	fs.DurationVar(&c.SkewMargin, "rotation-skew-margin", rotation.DefaultSkewMargin, "with --ca-secret: how long a retired root stays in the trust bundle beyond --max-ttl (clock skew, replicas that switch signer late)")
-	fs.section("Kubernetes API")
+	fs.Section("Kubernetes API")
 	fs.StringVar(&c.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
 	fs.Float64Var(&c.KubeQPS, "kube-api-qps", 50, "sustained rate of Kubernetes API requests of each client: the TokenReviews, the pod index and each writer have a rate limit of their own, leader election a fixed one")
 	fs.IntVar(&c.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests of each client")
-	fs.section("Authentication")
+	fs.Section("Authentication")
 	fs.StringVar(&v.verification, "token-verification", "local", "local: decide pod-bound tokens of the cluster's issuer with its published keys and the pod and service account informers, and send the others to a TokenReview; tokenreview: a TokenReview for every new token")
 	fs.Var(&v.audiences, "token-audiences", "comma-separated audiences a bearer token must carry")
 	fs.DurationVar(&c.TokenCacheTTL, "token-cache-ttl", tokenreview.DefaultMaxCacheTTL, "upper bound on caching a token review (the token's expiry bounds it too)")
 	fs.DurationVar(&c.TokenKeysRefresh, "token-keys-refresh", time.Minute, "how often the service account issuer's keys are fetched again; a token signed with a key the API server no longer lists stops being accepted within this long")
 	fs.StringVar(&c.ClusterID, "cluster-id", "", "if set, refuse requests whose clusterid header names another cluster (Unauthenticated), as istiod does; Istio's default cluster id is Kubernetes")
-	fs.section("Multi-cluster (with --cluster-id)")
+	fs.Section("Multi-cluster (with --cluster-id)")
 	fs.BoolVar(&c.RemoteSecrets, "remote-cluster-secrets", false, "serve the ztunnels of remote clusters configured by the Secrets labelled istio/multiCluster=true in --remote-cluster-secrets-namespace (istiod's remote secrets: each data key a cluster id, each value its kubeconfig), added, changed and removed without a restart; a request picks its cluster with its clusterid header")
 	fs.StringVar(&c.RemoteSecretsNS, "remote-cluster-secrets-namespace", "", "namespace of the remote cluster Secrets (default: --leader-election-namespace, the CA's own)")
 	fs.Var(&v.remoteKubeconfigs, "remote-kubeconfigs", "comma-separated cluster-id=kubeconfig-file of remote clusters to serve besides those of --remote-cluster-secrets, read at start")
-	fs.section("Federation")
+	fs.Section("Federation")
 	fs.StringVar(&c.FederationConfig, "federation-config", "", "YAML file: a SPIFFE bundle endpoint serving our roots, and the trust domains whose bundles we import (see docs/federation.md)")
-	fs.section("Authorization")
+	fs.Section("Authorization")
 	fs.Var(&v.agents, "node-agents", "comma-separated namespace/serviceaccount of node agents that may request identities of pods on their node")
-	fs.section("Overload and connection limits")
+	fs.Section("Overload and connection limits")
 	fs.IntVar(&c.MaxConcurrentSigns, "max-concurrent-signs", 0, "concurrent CSR checks and signatures (default: the number of CPUs the process may use; 64 when a KMS or HSM key of --ca-key-uri signs the leaves)")
 	fs.DurationVar(&c.SignQueueTimeout, "sign-queue-timeout", server.DefaultQueueTimeout, "the longest a request waits for a signing slot; one whose turn would come later (or after its deadline) is refused at once with Unavailable and a time to come back")
 	fs.IntVar(&c.MaxQueued, "max-queued-requests", server.DefaultMaxQueued, "requests that may wait for a signing slot; beyond, they are refused at once with Unavailable and a time to come back")
@@ -197,10 +198,10 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.DurationVar(&c.MaxConnIdle, "max-connection-idle", server.DefaultMaxConnectionIdle, "close a client connection no request has used for this long; 0: never")
 	fs.DurationVar(&c.MaxConnAge, "max-connection-age", 30*time.Minute, "close each client connection after about this long (in-flight requests get --grace-period), so ztunnels spread over replicas added or restarted since they connected; 0: never")
 	fs.IntVar(&c.MaxHeaderBytes, "max-header-bytes", server.DefaultMaxHeaderListSize, "request metadata of one request, as HTTP/2 counts it; a larger request is refused before any check")
-	fs.section("Shutdown")
+	fs.Section("Shutdown")
 	fs.DurationVar(&c.GracePeriod, "grace-period", 15*time.Second, "how long in-flight requests may take at shutdown")
 	fs.DurationVar(&c.ShutdownDelay, "shutdown-delay", 5*time.Second, "how long the CA keeps serving, new connections included, after SIGTERM and before it drains: the time the cluster takes to stop routing to a terminating pod")
-	fs.section("Trust distribution (leader only)")
+	fs.Section("Trust distribution (leader only)")
 	fs.BoolVar(&c.PublishTrustBundle, "publish-trust-bundle", true, "publish the roots as ClusterTrustBundles (leader only)")
 	fs.StringVar(&c.SignerName, "signer-name", clustertrustbundle.DefaultSignerName, "signer name of the published ClusterTrustBundles, and of the PodCertificateRequests signed with --pod-certificates")
 	fs.BoolVar(&c.IstioCompatible, "istio-compatible", false, "also publish the roots as istio.io:istiod-ca:root-cert, the bundle Istio's charts mount")
@@ -208,40 +209,40 @@ func serveFlags() (*pflag.FlagSet, *serveFlagValues) {
 	fs.StringVar(&v.rootNamespaces, "istio-root-configmap-namespaces", "", "label selector of the namespaces that get the istio-ca-root-cert ConfigMap; empty: all")
 	fs.BoolVar(&c.PodCertificates, "pod-certificates", false, "sign the PodCertificateRequests addressed to --signer-name (leader only): pods that mount a podCertificate projected volume get the X.509-SVID of their service account")
 	fs.IntVar(&c.PodCertWorkers, "pod-certificate-workers", 4, "PodCertificateRequests decided at once with --pod-certificates (each waits for its status update)")
-	fs.section("istiod's serving certificate (leader only)")
+	fs.Section("istiod's serving certificate (leader only)")
 	fs.BoolVar(&c.IstiodCert, "istiod-cert", false, "keep istiod's serving certificate issued by this CA in the Secret Istio's chart mounts for it (leader only), so that proxies verifying istiod's xDS port with our root can connect")
 	fs.StringVar(&c.IstiodNamespace, "istiod-namespace", "istio-system", "with --istiod-cert: istiod's namespace, where the Secret is kept")
 	fs.StringVar(&c.IstiodCertSecret, "istiod-cert-secret", istiodcert.DefaultSecretName, "with --istiod-cert: the Secret (kubernetes.io/tls: tls.crt, tls.key, ca.crt) istiod mounts at /var/run/secrets/istiod/tls; one not created by this CA is left alone")
 	fs.Var(&v.istiodNames, "istiod-cert-dns-names", "with --istiod-cert: comma-separated DNS names of istiod's certificate (default istiod.<--istiod-namespace>.svc; add istiod-<revision>.<namespace>.svc for revisions, and any name proxies dial)")
 	fs.DurationVar(&c.IstiodCertTTL, "istiod-cert-ttl", istiodcert.DefaultTTL, "with --istiod-cert: lifetime of istiod's certificate (clamped to --max-ttl); reissued after two thirds")
-	fs.section("Leader election")
+	fs.Section("Leader election")
 	fs.StringVar(&c.LeaderElectionNS, "leader-election-namespace", "istio-system", "namespace of the leader election Lease (the CA's own namespace)")
 	fs.StringVar(&c.LeaderElectionID, "leader-election-id", "workload-ca", "name of the leader election Lease")
 	fs.DurationVar(&c.Lease.Lease, "leader-election-lease-duration", 15*time.Second, "how long a lease is valid without renewal")
 	fs.DurationVar(&c.Lease.Renew, "leader-election-renew-deadline", 10*time.Second, "how long the leader retries renewing before it gives up")
 	fs.DurationVar(&c.Lease.Retry, "leader-election-retry-period", 2*time.Second, "how often candidates retry")
-	fs.section("Observability")
+	fs.Section("Observability")
 	fs.StringVar(&c.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
 	fs.StringVar(&v.logLevel, "log-level", "info", "log level: debug, info, warn, error")
 	fs.StringVar(&v.logFormat, "log-format", "json", "log format: json (one object a line, for log pipelines) or text (key=value, for a terminal); audit records in --audit-log are always JSON")
 	fs.StringVar(&c.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
 	fs.BoolVar(&c.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
 	fs.BoolVar(&c.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
-	fs.example("ca-dir", "/etc/cacerts")
-	fs.example("ca-secret", "istio-system/workload-ca")
-	fs.example("ca-root-dir", "/etc/root-ca")
-	fs.example("ca-key-uri", "pkcs11:token=ca;object=root?pin-source=/etc/pin")
-	fs.example("ca-upstream-config", "/etc/workload-ca/upstream.yaml")
-	fs.example("kubeconfig", "$HOME/.kube/config")
-	fs.example("cluster-id", "Kubernetes")
-	fs.example("audit-log", "/var/log/workload-ca/audit.log")
-	fs.example("istio-root-configmap-namespaces", "istio-injection=enabled")
-	fs.example("istiod-cert-dns-names", "istiod.istio-system.svc,istiod-canary.istio-system.svc")
-	fs.example("max-concurrent-signs", "2")
-	fs.example("remote-kubeconfigs", "east=/etc/remote/east.kubeconfig")
-	fs.example("remote-cluster-secrets-namespace", "istio-system")
-	fs.example("federation-config", "/etc/workload-ca/federation.yaml")
-	return fs.done(), v
+	fs.Example("ca-dir", "/etc/cacerts")
+	fs.Example("ca-secret", "istio-system/workload-ca")
+	fs.Example("ca-root-dir", "/etc/root-ca")
+	fs.Example("ca-key-uri", "pkcs11:token=ca;object=root?pin-source=/etc/pin")
+	fs.Example("ca-upstream-config", "/etc/workload-ca/upstream.yaml")
+	fs.Example("kubeconfig", "$HOME/.kube/config")
+	fs.Example("cluster-id", "Kubernetes")
+	fs.Example("audit-log", "/var/log/workload-ca/audit.log")
+	fs.Example("istio-root-configmap-namespaces", "istio-injection=enabled")
+	fs.Example("istiod-cert-dns-names", "istiod.istio-system.svc,istiod-canary.istio-system.svc")
+	fs.Example("max-concurrent-signs", "2")
+	fs.Example("remote-kubeconfigs", "east=/etc/remote/east.kubeconfig")
+	fs.Example("remote-cluster-secrets-namespace", "istio-system")
+	fs.Example("federation-config", "/etc/workload-ca/federation.yaml")
+	return fs.Done(), v
 }
 
 // serveCommand is `workload-ca serve`.
