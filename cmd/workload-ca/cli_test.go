@@ -29,7 +29,7 @@ func parse[T any](d commandDef[T], args []string) (T, error) {
 	return got, err
 }
 
-func parseServeFlags(args []string, _ io.Writer) (serveConfig, error) {
+func parseServeFlags(args []string, _ io.Writer) (serveOptions, error) {
 	return parse(serveCommand(), args)
 }
 

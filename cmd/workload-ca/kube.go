@@ -49,7 +49,7 @@ const (
 // newKubeClients builds the clients from a kubeconfig file, or in-cluster.
 // Their rate limits are ours to set: client-go's default (5/s) would
 // throttle TokenReviews during a cold-start storm.
-func newKubeClients(cfg serveConfig) (*kubeClients, error) {
+func newKubeClients(cfg processOptions) (*kubeClients, error) {
 	base, err := loadRESTConfig(cfg.Kubeconfig)
 	if err != nil {
 		return nil, err

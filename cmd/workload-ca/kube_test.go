@@ -92,7 +92,7 @@ func TestNoKubeConfiguration(t *testing.T) {
 	t.Setenv("KUBERNETES_SERVICE_PORT", "")
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("HOME", t.TempDir())
-	_, err := newKubeClients(serveConfig{KubeQPS: 1, KubeBurst: 1})
+	_, err := newKubeClients(processOptions{KubeQPS: 1, KubeBurst: 1})
 	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
 		t.Fatalf("newKubeClients = %v; want a usage error naming --kubeconfig", err)
 	}
