@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/internal/inspect"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
@@ -27,19 +28,19 @@ type inspectConfig struct {
 }
 
 // inspectCommand is `workload-ca inspect`.
-func inspectCommand() commandDef[inspectConfig] {
-	return commandDef[inspectConfig]{
-		use:   "inspect [PEM file...]",
-		short: "Describe certificates or ClusterTrustBundles: identities, expiry, which root signs what",
-		long: `Describes certificates (a chain, a root bundle, cert-chain.pem, root-cert.pem),
+func inspectCommand() cli.Command[inspectConfig] {
+	return cli.Command[inspectConfig]{
+		Use:   "inspect [PEM file...]",
+		Short: "Describe certificates or ClusterTrustBundles: identities, expiry, which root signs what",
+		Long: `Describes certificates (a chain, a root bundle, cert-chain.pem, root-cert.pem),
 or the ClusterTrustBundles of a name or signer: identities, validity, and
 which certificate signs which.`,
-		flags:     inspectFlags,
-		args:      true,
-		exclusive: [][]string{{"cluster-trust-bundle", "signer"}},
-		values:    map[string][]string{"output": {"text", "json"}},
-		files:     []string{"kubeconfig"},
-		run:       runInspect,
+		Flags:     inspectFlags,
+		Args:      true,
+		Exclusive: [][]string{{"cluster-trust-bundle", "signer"}},
+		Values:    map[string][]string{"output": {"text", "json"}},
+		Files:     []string{"kubeconfig"},
+		Run:       runInspect,
 	}
 }
 
@@ -62,13 +63,13 @@ func inspectFlags() (*pflag.FlagSet, func([]string) (inspectConfig, error)) {
 		case "json":
 			c.JSON = true
 		default:
-			return c, fmt.Errorf("%w: --output %q: want text or json", errUsage, output)
+			return c, fmt.Errorf("%w: --output %q: want text or json", cli.ErrUsage, output)
 		}
 		switch {
 		case c.Bundle != "" && c.Signer != "":
-			return c, fmt.Errorf("%w: --cluster-trust-bundle and --signer are exclusive", errUsage)
+			return c, fmt.Errorf("%w: --cluster-trust-bundle and --signer are exclusive", cli.ErrUsage)
 		case len(c.Files) == 0 && c.Bundle == "" && c.Signer == "":
-			return c, fmt.Errorf("%w: nothing to inspect: give PEM files, --cluster-trust-bundle NAME or --signer NAME (e.g. workload-ca inspect root-cert.pem)", errUsage)
+			return c, fmt.Errorf("%w: nothing to inspect: give PEM files, --cluster-trust-bundle NAME or --signer NAME (e.g. workload-ca inspect root-cert.pem)", cli.ErrUsage)
 		}
 		return c, nil
 	}

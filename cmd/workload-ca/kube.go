@@ -10,6 +10,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 // kubeClients are the CA's Kubernetes clients, one per kind of work, each
@@ -64,7 +66,7 @@ func loadRESTConfig(path string) (*rest.Config, error) {
 	rules.ExplicitPath = path
 	base, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
-		return nil, fmt.Errorf("%w: no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given", errUsage)
+		return nil, fmt.Errorf("%w: no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given", cli.ErrUsage)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)

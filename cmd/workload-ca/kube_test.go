@@ -12,6 +12,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/flowcontrol"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 // TestKubeClients checks that every kind of work gets a client with a rate
@@ -93,7 +95,7 @@ func TestNoKubeConfiguration(t *testing.T) {
 	t.Setenv("KUBECONFIG", "")
 	t.Setenv("HOME", t.TempDir())
 	_, err := newKubeClients(processOptions{KubeQPS: 1, KubeBurst: 1})
-	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
+	if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), "--kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
 		t.Fatalf("newKubeClients = %v; want a usage error naming --kubeconfig", err)
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/loadtest"
 )
@@ -45,16 +46,16 @@ type loadtestConfig struct {
 }
 
 // loadtestCommand is `workload-ca loadtest`.
-func loadtestCommand() commandDef[loadtestConfig] {
-	return commandDef[loadtestConfig]{
-		use:       "loadtest --plan FILE --root-cert FILE",
-		short:     "Load the CA as many ztunnels would, and measure it",
-		long:      "Loads the CA as many ztunnels would, and measures it.\n\n" + loadtestUsage,
-		flags:     loadtestFlags,
-		exclusive: [][]string{{"once", "rate"}},
-		values:    map[string][]string{"output": {"text", "json"}, "retry": {loadtest.RetryZtunnel, loadtest.RetryAggressive}},
-		files:     []string{"plan", "root-cert"},
-		run:       runLoadtest,
+func loadtestCommand() cli.Command[loadtestConfig] {
+	return cli.Command[loadtestConfig]{
+		Use:       "loadtest --plan FILE --root-cert FILE",
+		Short:     "Load the CA as many ztunnels would, and measure it",
+		Long:      "Loads the CA as many ztunnels would, and measures it.\n\n" + loadtestUsage,
+		Flags:     loadtestFlags,
+		Exclusive: [][]string{{"once", "rate"}},
+		Values:    map[string][]string{"output": {"text", "json"}, "retry": {loadtest.RetryZtunnel, loadtest.RetryAggressive}},
+		Files:     []string{"plan", "root-cert"},
+		Run:       runLoadtest,
 	}
 }
 
@@ -109,7 +110,7 @@ func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
 		}
 		c.json = output == "json"
 		if err := errors.Join(errs...); err != nil {
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+			return c, fmt.Errorf("%w: %w", cli.ErrUsage, err)
 		}
 		return c, nil
 	}

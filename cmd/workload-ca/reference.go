@@ -7,6 +7,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
@@ -33,16 +34,11 @@ explains the main ones by task. The sections are those of
 			if def != "" {
 				def = "`" + def + "`"
 			}
-			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, cli.EnvName(f.Name), def, cell(f.Usage))
 		})
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// envName is the environment variable of flag name (envFallback).
-func envName(name string) string {
-	return "WORKLOAD_CA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // cell makes text safe in a Markdown table cell.

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/status"
 
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
@@ -33,18 +34,18 @@ type requestConfig struct {
 }
 
 // requestCommand is `workload-ca request`.
-func requestCommand() commandDef[requestConfig] {
-	return commandDef[requestConfig]{
-		use:   "request --root-cert FILE --token-file FILE --identity SPIFFE-ID",
-		short: "Request a certificate as ztunnel would",
-		long: `Requests a certificate as ztunnel does: a P-256 key and CSR, the bearer
+func requestCommand() cli.Command[requestConfig] {
+	return cli.Command[requestConfig]{
+		Use:   "request --root-cert FILE --token-file FILE --identity SPIFFE-ID",
+		Short: "Request a certificate as ztunnel would",
+		Long: `Requests a certificate as ztunnel does: a P-256 key and CSR, the bearer
 token of --token-file, the identity as ImpersonatedIdentity metadata, over
 TLS verified with --root-cert. Prints the chain (or writes it to --out-dir).`,
-		flags:  requestFlags,
-		values: map[string][]string{"output": {"text", "json"}},
-		dirs:   []string{"out-dir"},
-		files:  []string{"root-cert", "token-file"},
-		run:    runRequest,
+		Flags:  requestFlags,
+		Values: map[string][]string{"output": {"text", "json"}},
+		Dirs:   []string{"out-dir"},
+		Files:  []string{"root-cert", "token-file"},
+		Run:    runRequest,
 	}
 }
 
@@ -85,7 +86,7 @@ func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
 		}
 		c.JSON = output == "json"
 		if err := errors.Join(errs...); err != nil {
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+			return c, fmt.Errorf("%w: %w", cli.ErrUsage, err)
 		}
 		return c, nil
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/workload-ca/workload-ca/authz/cluster"
 	"github.com/workload-ca/workload-ca/authz/tokenreview"
 	"github.com/workload-ca/workload-ca/ca/source"
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/podcert"
@@ -81,36 +82,36 @@ func (o *serveOptions) validate() error {
 	o.serving.SetSignsDefault(o.material.SignsRemotely())
 	for _, err := range errs {
 		if err != nil {
-			return fmt.Errorf("%w: %w", errUsage, errors.Join(errs...))
+			return fmt.Errorf("%w: %w", cli.ErrUsage, errors.Join(errs...))
 		}
 	}
 	return nil
 }
 
 // serveCommand is `workload-ca serve`.
-func serveCommand() commandDef[serveOptions] {
-	return commandDef[serveOptions]{
-		use:   "serve",
-		short: "Run the CA (gRPC IstioCertificateService)",
-		long: `Runs the CA: the gRPC IstioCertificateService for ztunnel and istio-agent on
+func serveCommand() cli.Command[serveOptions] {
+	return cli.Command[serveOptions]{
+		Use:   "serve",
+		Short: "Run the CA (gRPC IstioCertificateService)",
+		Long: `Runs the CA: the gRPC IstioCertificateService for ztunnel and istio-agent on
 --listen-addr, metrics and health on --admin-addr, and, on the leader, the
 trust distribution and rotation tasks. Exactly one of --ca-dir and
 --ca-secret names the CA material; serve --validate checks it and exits.`,
-		flags: func() (*pflag.FlagSet, func([]string) (serveOptions, error)) {
+		Flags: func() (*pflag.FlagSet, func([]string) (serveOptions, error)) {
 			fs, o := serveFlags()
 			return fs, func([]string) (serveOptions, error) { return *o, o.validate() }
 		},
-		exclusive: [][]string{{"ca-dir", "ca-secret"}, {"ca-dir", "ca-root-dir"}},
-		oneOf:     [][]string{{"ca-dir", "ca-secret"}},
-		values: map[string][]string{
+		Exclusive: [][]string{{"ca-dir", "ca-secret"}, {"ca-dir", "ca-root-dir"}},
+		OneOf:     [][]string{{"ca-dir", "ca-secret"}},
+		Values: map[string][]string{
 			"ca-key-type":        {"ecdsa-p256", "ecdsa-p384", "rsa-2048", "rsa-3072", "rsa-4096"},
 			"tls-min-version":    {"1.3", "1.2"},
 			"token-verification": {"local", "tokenreview"},
 			"log-level":          {"debug", "info", "warn", "error"},
 			"log-format":         {"json", "text"},
 		},
-		dirs:  []string{"ca-dir", "ca-root-dir"},
-		files: []string{"kubeconfig", "audit-log", "federation-config", "ca-upstream-config"},
-		run:   runServe,
+		Dirs:  []string{"ca-dir", "ca-root-dir"},
+		Files: []string{"kubeconfig", "audit-log", "federation-config", "ca-upstream-config"},
+		Run:   runServe,
 	}
 }

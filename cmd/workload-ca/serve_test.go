@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/workload-ca/workload-ca/authz"
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/server"
 )
 
@@ -192,7 +193,7 @@ func TestParseServeFlags(t *testing.T) {
 			}
 			c, err := parseServeFlags(args, io.Discard)
 			if tt.wantErr != "" {
-				if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.wantErr) {
+				if err == nil || !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("parseServeFlags() error = %v, want usage error mentioning %q", err, tt.wantErr)
 				}
 				if tt.notWant != "" && strings.Contains(err.Error(), tt.notWant) {
