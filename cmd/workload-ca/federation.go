@@ -34,7 +34,7 @@ func (a *app) publishBundles(context.Context) error {
 	if a.opts.material.Preview > 0 && a.opts.material.Secret.Name != "" {
 		preview = a.source.Preview
 	}
-	cfg := clustertrustbundle.Config{Client: a.kube.bundles, Preview: preview, Options: a.publisherOptions(a.metrics, "trustbundle")}
+	cfg := clustertrustbundle.Config{Client: a.kube.Bundles, Preview: preview, Options: a.publisherOptions(a.metrics, "trustbundle")}
 	a.opts.bundles.ApplyTo(&cfg)
 	p, err := clustertrustbundle.New(cfg)
 	if err != nil {
@@ -52,7 +52,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if !a.opts.rootCMs.Publish {
 		return nil
 	}
-	cfg := configmap.Config{Client: a.kube.rootConfigMaps, Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")}
+	cfg := configmap.Config{Client: a.kube.RootConfigMaps, Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")}
 	a.opts.rootCMs.ApplyTo(&cfg)
 	peers := a.opts.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap })
 	if len(peers) > 0 {
@@ -77,7 +77,7 @@ func (a *app) keepIstiodCert(context.Context) error {
 	if !a.opts.istiod.Enabled {
 		return nil
 	}
-	cfg := istiodcert.Config{Client: a.kube.istiodCert, Issuer: a.authority, Holding: a.metrics.IstiodCertExpiry,
+	cfg := istiodcert.Config{Client: a.kube.IstiodCert, Issuer: a.authority, Holding: a.metrics.IstiodCertExpiry,
 		Options: a.publisherOptions(a.metrics.IstiodCerts(), "istiodcert")}
 	a.opts.istiod.ApplyTo(&cfg)
 	p, err := istiodcert.New(cfg)
@@ -154,7 +154,7 @@ func (a *app) importPeers(peers []federation.Peer) error {
 	im, err := federation.NewImporter(federation.ImporterConfig{Peers: peers, ZtunnelRoots: a.authority.SetPeerRoots,
 		OwnRoots: a.authority.Roots, Logger: a.log.With("component", "federation"),
 		ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
-			return clustertrustbundle.SelectRoots(ctx, a.kube.bundles, sel.SignerName, sel.MatchLabels)
+			return clustertrustbundle.SelectRoots(ctx, a.kube.Bundles, sel.SignerName, sel.MatchLabels)
 		},
 		OnChange: func(td spiffeid.TrustDomain) {
 			for _, t := range a.peerTriggers[td] {
@@ -187,7 +187,7 @@ func (a *app) importPeers(peers []federation.Peer) error {
 // domain td as ClusterTrustBundles.
 func (a *app) publishPeerBundle(im *federation.Importer, td spiffeid.TrustDomain) error {
 	name := "trustbundle-" + td.Name()
-	cfg := clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.opts.bundles.SignerName, PeerTrustDomain: td,
+	cfg := clustertrustbundle.Config{Client: a.kube.Bundles, SignerName: a.opts.bundles.SignerName, PeerTrustDomain: td,
 		LeftOut: a.leftOutMetric("cluster_trust_bundle", func(name string) bool { return name == td.Name() }),
 		Options: trust.Options{TrustDomain: a.opts.material.TrustDomain,
 			Roots:    func() []*x509.Certificate { return im.Roots(td) },

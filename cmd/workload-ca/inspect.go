@@ -111,7 +111,7 @@ func runInspect(ctx context.Context, c inspectConfig, stdout, _ io.Writer) error
 
 // findBundles reads the ClusterTrustBundles c names from the API server.
 func findBundles(ctx context.Context, c inspectConfig) ([]inspect.Set, error) {
-	cfg, err := loadRESTConfig(c.Kubeconfig)
+	cfg, err := loadKubeConfig(c.Kubeconfig)
 	if err != nil {
 		return nil, err
 	}

@@ -8,9 +8,12 @@ import (
 	"os"
 	"path/filepath"
 
+	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
+	"github.com/workload-ca/workload-ca/internal/cli"
 	"github.com/workload-ca/workload-ca/internal/cliflag"
+	"github.com/workload-ca/workload-ca/internal/kubeclient"
 	"github.com/workload-ca/workload-ca/internal/leader"
 )
 
@@ -21,9 +24,7 @@ type processOptions struct {
 	// Validate checks the configuration and the CA material, prints what
 	// would run and exits (--validate).
 	ValidateOnly bool
-	Kubeconfig   string
-	KubeQPS      float64
-	KubeBurst    int
+	Kube         kubeclient.Options
 	Leader       leader.Options
 	AdminAddr    string
 	LogLevel     slog.Level
@@ -41,10 +42,7 @@ type processOptions struct {
 func (o *processOptions) AddFlags(fs *cliflag.FlagSet) {
 	fs.Section("General")
 	fs.BoolVar(&o.ValidateOnly, "validate", false, "check the flags and the CA material that needs no API server (a directory, a plug-in root, a KMS or HSM key), print what would run, and exit without writing anything")
-	fs.Section("Kubernetes API")
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", "", "kubeconfig file; in-cluster configuration when empty")
-	fs.Float64Var(&o.KubeQPS, "kube-api-qps", 50, "sustained rate of Kubernetes API requests of each client: the TokenReviews, the pod index and each writer have a rate limit of their own, leader election a fixed one")
-	fs.IntVar(&o.KubeBurst, "kube-api-burst", 100, "burst of Kubernetes API requests of each client")
+	o.Kube.AddFlags(fs)
 	o.Leader.AddFlags(fs)
 	fs.Section("Observability")
 	fs.StringVar(&o.AdminAddr, "admin-addr", ":15014", "HTTP address of /metrics, /healthz and /readyz")
@@ -53,7 +51,6 @@ func (o *processOptions) AddFlags(fs *cliflag.FlagSet) {
 	fs.StringVar(&o.AuditLog, "audit-log", "", "file for the audit records (one per decision); empty: with the other logs on stdout")
 	fs.BoolVar(&o.IstioMetrics, "istio-metrics-compat", false, "also export istiod's citadel_server_* metrics")
 	fs.BoolVar(&o.Pprof, "pprof", false, "serve /debug/pprof on the admin address")
-	fs.Example("kubeconfig", "$HOME/.kube/config")
 	fs.Example("audit-log", "/var/log/workload-ca/audit.log")
 }
 
@@ -70,10 +67,7 @@ func (o *processOptions) Validate() error {
 	if err := o.LogLevel.UnmarshalText([]byte(o.logLevel)); err != nil {
 		errs = append(errs, fmt.Errorf("--log-level: %w", err))
 	}
-	if o.KubeQPS <= 0 || o.KubeBurst <= 0 {
-		errs = append(errs, errors.New("--kube-api-qps and --kube-api-burst must be positive"))
-	}
-	return errors.Join(append(errs, o.Leader.Validate())...)
+	return errors.Join(append(errs, o.Kube.Validate(), o.Leader.Validate())...)
 }
 
 // logger is the process's logger, on stdout; client-go logs through
@@ -101,4 +95,25 @@ func (o *processOptions) auditLogger(log *slog.Logger) (*slog.Logger, func(), er
 		return nil, nil, fmt.Errorf("--audit-log: %w", err)
 	}
 	return slog.New(slog.NewJSONHandler(f, nil)).With("log", "audit"), func() { _ = f.Close() }, nil
+}
+
+// newKubeClients builds the process's Kubernetes clients; no
+// configuration at all is a usage error.
+func newKubeClients(o kubeclient.Options) (*kubeclient.Clients, error) {
+	k, err := o.Clients("workload-ca/" + version)
+	return k, usageIfNoConfig(err)
+}
+
+// loadKubeConfig reads the kubeconfig file path, KUBECONFIG's, or the
+// in-cluster configuration; none at all is a usage error.
+func loadKubeConfig(path string) (*rest.Config, error) {
+	cfg, err := kubeclient.LoadConfig(path, "workload-ca/"+version)
+	return cfg, usageIfNoConfig(err)
+}
+
+func usageIfNoConfig(err error) error {
+	if errors.Is(err, kubeclient.ErrNoConfig) {
+		return fmt.Errorf("%w: %w", cli.ErrUsage, err)
+	}
+	return err
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/workload-ca/workload-ca/ca/source"
 	"github.com/workload-ca/workload-ca/ca/upstream"
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/internal/kubeclient"
 	"github.com/workload-ca/workload-ca/internal/leader"
 	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/metrics"
@@ -51,7 +52,7 @@ type app struct {
 	audit     *slog.Logger
 	reg       *prometheus.Registry
 	metrics   *metrics.Metrics
-	kube      *kubeClients
+	kube      *kubeclient.Clients
 	source    *source.Source
 	authority *ca.Authority
 	// clusters are the local cluster's checks and the remote clusters'.
@@ -76,10 +77,10 @@ func serve(ctx context.Context, opts serveOptions, log, audit *slog.Logger) erro
 	a := &app{opts: opts, log: log, audit: audit, reg: reg,
 		metrics: metrics.New(reg, metrics.Options{IstioCompat: opts.process.IstioMetrics, Build: readBuild().metrics()})}
 	var err error
-	if a.kube, err = newKubeClients(opts.process); err != nil {
+	if a.kube, err = newKubeClients(opts.process.Kube); err != nil {
 		return err
 	}
-	if err := tokenreview.CheckAccess(ctx, a.kube.reviews); err != nil {
+	if err := tokenreview.CheckAccess(ctx, a.kube.Reviews); err != nil {
 		return err
 	}
 	closeKey, err := a.loadCA(ctx)
@@ -103,7 +104,7 @@ func (a *app) add(cs ...component.Component) { a.components = append(a.component
 // loadCA loads the CA's material from its Secret or its directory; the
 // source's components keep it current.
 func (a *app) loadCA(ctx context.Context) (closeKey func(), err error) {
-	src, closeKey, err := a.opts.material.Open(ctx, source.Wiring{Client: a.kube.caState, Upstream: a.kube.upstream,
+	src, closeKey, err := a.opts.material.Open(ctx, source.Wiring{Client: a.kube.CAState, Upstream: a.kube.Upstream,
 		Observer: a.metrics, Logger: a.log,
 		WatchUpstream: func(missing func() (time.Time, bool)) upstream.Observer {
 			return metrics.WatchUpstream(a.reg, time.Now, missing)
@@ -129,9 +130,9 @@ func (a *app) buildPipeline(context.Context) error {
 func (a *app) buildClusters(ctx context.Context) error {
 	p := a.opts.process
 	set, err := a.opts.clusters.Build(ctx, cluster.Wiring{
-		Local:      cluster.Clients{Reviews: a.kube.reviews, Pods: a.kube.pods, Accounts: a.kube.accounts},
-		ClientsFor: remoteClients(p), Secrets: a.kube.remoteSecrets, Tokens: a.opts.tokens,
-		TrustDomain: a.opts.material.TrustDomain, ReviewRate: p.KubeQPS, ReviewBurst: p.KubeBurst,
+		Local:      cluster.Clients{Reviews: a.kube.Reviews, Pods: a.kube.Pods, Accounts: a.kube.Accounts},
+		ClientsFor: remoteClients(p), Secrets: a.kube.RemoteSecrets, Tokens: a.opts.tokens,
+		TrustDomain: a.opts.material.TrustDomain, ReviewRate: p.Kube.QPS, ReviewBurst: p.Kube.Burst,
 		Observer: a.metrics, Logger: a.log})
 	if err != nil {
 		return err
@@ -147,11 +148,11 @@ func (a *app) buildClusters(ctx context.Context) error {
 func remoteClients(p processOptions) func(id string, cfg *rest.Config) (cluster.Clients, error) {
 	return func(id string, cfg *rest.Config) (cluster.Clients, error) {
 		cfg.UserAgent = "workload-ca/" + version + " (cluster " + id + ")"
-		k, err := kubeClientsFor(cfg, float32(p.KubeQPS), p.KubeBurst)
+		k, err := kubeclient.For(cfg, float32(p.Kube.QPS), p.Kube.Burst)
 		if err != nil {
 			return cluster.Clients{}, err
 		}
-		return cluster.Clients{Reviews: k.reviews, Pods: k.pods, Accounts: k.accounts}, nil
+		return cluster.Clients{Reviews: k.Reviews, Pods: k.Pods, Accounts: k.Accounts}, nil
 	}
 }
 
@@ -183,7 +184,7 @@ func (a *app) signPodCertificates(context.Context) error {
 	if !a.opts.podCerts.Enabled {
 		return nil
 	}
-	cfg := podcert.Config{Client: a.kube.podCerts, SignerName: a.opts.bundles.SignerName, TrustDomain: a.opts.material.TrustDomain,
+	cfg := podcert.Config{Client: a.kube.PodCerts, SignerName: a.opts.bundles.SignerName, TrustDomain: a.opts.material.TrustDomain,
 		Signer: a.authority, Pipeline: a.pipeline, Observer: a.metrics, Logger: a.log.With("component", "podcert"),
 		Pods: a.clusters.Local.Pods(), Accounts: a.clusters.Local.Accounts()}
 	a.opts.podCerts.ApplyTo(&cfg)
@@ -283,7 +284,7 @@ func (a *app) run(ctx context.Context) error {
 	}
 	if len(leaderTasks) > 0 {
 		lo := a.opts.process.Leader
-		l := leader.New(leader.Config{Client: a.kube.leader, Namespace: lo.Namespace, Name: lo.Name,
+		l := leader.New(leader.Config{Client: a.kube.Leader, Namespace: lo.Namespace, Name: lo.Name,
 			Durations: lo.Durations, Tasks: leaderTasks, Logger: a.log.With("component", "leader"), OnChange: a.metrics.SetLeader})
 		g.Go(func() error { return l.Run(shutdown) })
 	}
