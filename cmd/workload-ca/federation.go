@@ -40,8 +40,7 @@ func (a *app) publishBundles(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.source.OnChange(p.Trigger)
-	a.add(component.Component{Name: "trustbundle", Leader: true, Run: p.Run})
+	a.addPublisher("trustbundle", p)
 	return nil
 }
 
@@ -63,11 +62,10 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.source.OnChange(p.Trigger)
 	for _, td := range peers {
 		a.peerTriggers[td] = append(a.peerTriggers[td], p.Trigger)
 	}
-	a.add(component.Component{Name: "rootconfigmap", Leader: true, Run: p.Run})
+	a.addPublisher("rootconfigmap", p)
 	return nil
 }
 
@@ -84,9 +82,18 @@ func (a *app) keepIstiodCert(context.Context) error {
 	if err != nil {
 		return err
 	}
-	a.source.OnChange(p.Trigger)
-	a.add(component.Component{Name: "istiodcert", Leader: true, Run: p.Run})
+	a.addPublisher("istiodcert", p)
 	return nil
+}
+
+// addPublisher makes the leader run publisher p, triggered whenever the
+// CA's material changes.
+func (a *app) addPublisher(name string, p interface {
+	Trigger()
+	Run(ctx context.Context) error
+}) {
+	a.source.OnChange(p.Trigger)
+	a.add(component.Component{Name: name, Leader: true, Run: p.Run})
 }
 
 // rootConfigMapPeers are the roots held of the federated trust domains
