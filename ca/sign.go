@@ -21,7 +21,6 @@ func (a *Authority) TTL(requested time.Duration) time.Duration { return a.cfg.cl
 // from ParseCSR. Errors wrap ErrInvalidCSR when the CSR does not fit the
 // identity and ErrForeignTrustDomain when the identity is not ours; any
 // other error is the CA's own failure.
-
 func (a *Authority) Sign(ctx context.Context, r Request) (*Issued, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err

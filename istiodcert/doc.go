@@ -15,4 +15,8 @@
 // certificate, when the names or roots change, and when someone edits or
 // deletes the Secret. A Secret of that name that we did not create (one
 // istio-csr or cert-manager wrote) is left alone and reported.
+//
+// Its Options are serve's flags of istiod's certificate (whether to keep
+// it, its namespace, Secret, names and lifetime), checked and applied to a
+// Config.
 package istiodcert

@@ -20,4 +20,8 @@
 // decides when Run starts. A v1beta1 request may carry a 1.35 kubelet's
 // key form (a PKIX public key and a proof of possession over the pod's
 // UID) instead of a stub CSR; both are decided alike.
+//
+// Its Options are serve's flags of the PodCertificateRequests (whether to
+// sign them, how many at once), checked against the CA's longest lifetime
+// and applied to a Config; the signer name is the ClusterTrustBundles'.
 package podcert

@@ -9,6 +9,11 @@
 // CPU limiter every CSR check and signature runs in), and keeps its own
 // TLS serving certificate, issued by the CA, fresh.
 //
+// Its Options are serve's flags of the door (listening, serving
+// certificate, overload and connection limits, shutdown): they define,
+// validate and build it (Options.Build), wired to the checks of callers,
+// the pipeline and the issuer the process hands over (Wiring).
+//
 // It does not decide who may have which identity (authz), how requests
 // are audited and counted (issuance) nor how certificates are built (ca).
 package server

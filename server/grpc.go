@@ -234,56 +234,80 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	audited := make(chan struct{})
 	go func() { g.svc.RunAudit(auditCtx, 0); close(audited) }()
 	defer func() { stopAudit(); <-audited }()
-	servers := g.servers()
-	listeners := []net.Listener{lis}
-	if g.busy != nil {
-		split := newSplitListener(lis, g.busyAt)
-		go split.run()
-		listeners = []net.Listener{split.normal, split.busy}
-	}
-	errc := make(chan error, len(servers))
-	for i, s := range servers {
-		go func() { errc <- s.Serve(listeners[i]) }()
-	}
-	// wait collects the servers' Serve results once they are stopping.
-	wait := func(first error) error {
-		errs := []error{first}
-		for range len(servers) - 1 {
-			errs = append(errs, <-errc)
-		}
-		for _, err := range errs {
-			if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
-				return err
-			}
-		}
-		return nil
-	}
-	stopAll := func() {
-		for _, s := range servers {
-			s.Stop()
-		}
-	}
+	r := g.start(lis)
 	select {
-	case err := <-errc:
+	case err := <-r.errc:
 		close(done)
-		stopAll()
-		return firstErr(err, wait(nil))
+		r.stop()
+		return firstErr(err, r.wait(nil))
 	case <-ctx.Done():
 	}
 	close(done)
 	g.health.Shutdown()
 	if g.ShutdownDelay > 0 {
 		select {
-		case err := <-errc:
-			stopAll()
-			return firstErr(err, wait(nil))
+		case err := <-r.errc:
+			r.stop()
+			return firstErr(err, r.wait(nil))
 		case <-time.After(g.ShutdownDelay):
 		}
 	}
+	r.gracefulStop(g.GracePeriod)
+	return r.wait(<-r.errc)
+}
+
+// running are the servers serving, and their Serve results.
+type running struct {
+	servers []*grpc.Server
+	errc    chan error
+}
+
+// start serves on lis: with the busy tier, the connections accepted while
+// it applies go to the busy server.
+func (g *GRPCServer) start(lis net.Listener) running {
+	r := running{servers: g.servers()}
+	listeners := []net.Listener{lis}
+	if g.busy != nil {
+		split := newSplitListener(lis, g.busyAt)
+		go split.run()
+		listeners = []net.Listener{split.normal, split.busy}
+	}
+	r.errc = make(chan error, len(r.servers))
+	for i, s := range r.servers {
+		go func() { r.errc <- s.Serve(listeners[i]) }()
+	}
+	return r
+}
+
+// wait collects the servers' Serve results once they are stopping, first
+// being one already received.
+func (r running) wait(first error) error {
+	errs := []error{first}
+	for range len(r.servers) - 1 {
+		errs = append(errs, <-r.errc)
+	}
+	for _, err := range errs {
+		if err != nil && !errors.Is(err, grpc.ErrServerStopped) {
+			return err
+		}
+	}
+	return nil
+}
+
+// stop stops every server at once.
+func (r running) stop() {
+	for _, s := range r.servers {
+		s.Stop()
+	}
+}
+
+// gracefulStop lets in-flight requests finish, for up to grace, then
+// stops every server.
+func (r running) gracefulStop(grace time.Duration) {
 	stopped := make(chan struct{})
 	go func() {
 		var wg sync.WaitGroup
-		for _, s := range servers {
+		for _, s := range r.servers {
 			wg.Go(s.GracefulStop)
 		}
 		wg.Wait()
@@ -291,10 +315,9 @@ func (g *GRPCServer) Serve(ctx context.Context, lis net.Listener) error {
 	}()
 	select {
 	case <-stopped:
-	case <-time.After(g.GracePeriod):
-		stopAll()
+	case <-time.After(grace):
+		r.stop()
 	}
-	return wait(<-errc)
 }
 
 // firstErr is err, or else more: a failed listener fails both servers

@@ -6,6 +6,12 @@
 // whose ztunnels it serves: nothing of one cluster decides for another.
 // A remote cluster's kubeconfig from a Secret is checked (CheckKubeconfig)
 // before any client is built from it: no command, file or proxy.
+//
+// Its Options are serve's flags of the clusters (the local cluster's id,
+// the remote clusters, the node agents): they are validated and build the
+// local cluster's checks and the remote ones (Options.Build), with the
+// token checks' flags (tokenreview.Options) and the clients the process
+// hands over.
 package cluster
 
 import (

@@ -19,6 +19,10 @@
 // the same token, and fair queueing of TokenReviews; and CheckAccess, a
 // startup check that we may create TokenReviews.
 //
+// Its Options are serve's flags of the token checks (verification mode,
+// audiences, cache, key refresh), the same for every cluster; package
+// authz/cluster builds each cluster's checks with them.
+//
 // It does not own: deciding which SPIFFE IDs a caller may get (package
 // authz), the pod and service account indexes behind its interfaces
 // (authz/podindex, authz/saindex), mapping errors to gRPC codes, rate

@@ -3,6 +3,9 @@ package keystore
 import (
 	"context"
 	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
 	"errors"
 	"fmt"
 	"net/url"
@@ -38,6 +41,41 @@ type Key struct {
 // Close releases the KMS session (for PKCS#11, the module's sessions).
 func (k *Key) Close() error { return k.km.Close() }
 
+// Algorithm names the key's algorithm for logs, e.g. ecdsa-P-256.
+func (k *Key) Algorithm() string {
+	switch pub := k.Public().(type) {
+	case *ecdsa.PublicKey:
+		return "ecdsa-" + pub.Curve.Params().Name
+	case *rsa.PublicKey:
+		return fmt.Sprintf("rsa-%d", pub.N.BitLen())
+	case ed25519.PublicKey:
+		return "ed25519"
+	default:
+		return fmt.Sprintf("%T", pub)
+	}
+}
+
+// CheckKeyURI refuses a key URI that is not a URI of a KMS type
+// go.step.sm/crypto knows, before anything is opened.
+func CheckKeyURI(rawURI string) error {
+	if _, err := RedactKeyURI(rawURI); err != nil {
+		return err
+	}
+	if _, err := apiv1.TypeOf(rawURI); err != nil {
+		scheme, _, _ := strings.Cut(rawURI, ":")
+		return fmt.Errorf("unknown KMS %q (want pkcs11, awskms, cloudkms, azurekms or softkms)", scheme)
+	}
+	return nil
+}
+
+// SignsRemotely reports whether the key of rawURI signs in a KMS or an
+// HSM, so that a signature waits on it rather than on the CPU: any KMS
+// type but softkms, which reads a key file.
+func SignsRemotely(rawURI string) bool {
+	t, err := apiv1.TypeOf(rawURI)
+	return err == nil && t != apiv1.SoftKMS
+}
+
 // OpenKey opens the key a go.step.sm/crypto KMS URI names, as step's KMS
 // tools take it: the same URI configures the KMS and names the key, e.g.
 //
@@ -48,10 +86,10 @@ func (k *Key) Close() error { return k.km.Close() }
 //	softkms:path=/etc/workload-ca/ca-key.pem
 //
 // Which KMS types are available is decided by the importing program, which
-// registers them with blank imports of go.step.sm/crypto/kms/<type>;
-// softkms is always there. A PIN prompt is refused: the CA runs without a
-// terminal; give the PIN in a file (pin-source). Errors never contain the
-// URI's secrets.
+// registers them with blank imports of go.step.sm/crypto/kms/<type>
+// (package kmstypes has those the CA ships); softkms is always there. A
+// PIN prompt is refused: the CA runs without a terminal; give the PIN in
+// a file (pin-source). Errors never contain the URI's secrets.
 func OpenKey(ctx context.Context, rawURI string) (*Key, error) {
 	safe, err := RedactKeyURI(rawURI)
 	if err != nil {

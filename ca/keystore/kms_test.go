@@ -192,3 +192,24 @@ func FuzzRedactKeyURI(f *testing.F) {
 		}
 	})
 }
+
+func TestCheckKeyURI(t *testing.T) {
+	for _, tc := range []struct {
+		uri, wantErr string
+		remote       bool
+	}{
+		{uri: "awskms:key-id=k1;region=eu-west-1", remote: true},
+		{uri: "pkcs11:token=ca;id=01?pin-source=/run/pin", remote: true},
+		{uri: "softkms:path=/k.pem"},
+		{uri: "/etc/ca/key.pem", wantErr: "not a KMS URI"},
+		{uri: "bogus:foo", wantErr: `unknown KMS "bogus"`},
+	} {
+		err := keystore.CheckKeyURI(tc.uri)
+		if (err == nil) != (tc.wantErr == "") || (err != nil && !strings.Contains(err.Error(), tc.wantErr)) {
+			t.Errorf("CheckKeyURI(%q) = %v, want %q", tc.uri, err, tc.wantErr)
+		}
+		if got := keystore.SignsRemotely(tc.uri); got != tc.remote {
+			t.Errorf("SignsRemotely(%q) = %v", tc.uri, got)
+		}
+	}
+}

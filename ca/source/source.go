@@ -7,6 +7,14 @@
 // replica runs (following the files or the Secret), what the leader runs
 // (rotation, recording when plug-in roots were first seen), and the
 // readiness check of each.
+//
+// Its Options are serve's flags of the authority and its material
+// (identities and lifetimes, CA material, rotation): they are validated,
+// described without an API server for serve --validate (Describe), and
+// opened with the KMS key and the upstream they name (Options.Open).
+//
+// It does not sign (package ca), decide when to rotate (ca/rotation), or
+// publish roots (trust/).
 package source
 
 import (

@@ -10,18 +10,20 @@ import (
 	"testing"
 
 	"github.com/spf13/cobra"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 // parse runs d's command line through cobra, the environment fallback and
 // validation, as run does, and returns the configuration its work would
 // get, without doing the work.
-func parse[T any](d commandDef[T], args []string) (T, error) {
+func parse[T any](d cli.Command[T], args []string) (T, error) {
 	var got T
-	d.run = func(_ context.Context, c T, _, _ io.Writer) error {
+	d.Run = func(_ context.Context, c T, _, _ io.Writer) error {
 		got = c
 		return nil
 	}
-	cmd := d.command(io.Discard, io.Discard)
+	cmd := d.Cobra(io.Discard, io.Discard)
 	cmd.SetArgs(args)
 	cmd.SetOut(io.Discard)
 	cmd.SetErr(io.Discard)
@@ -29,7 +31,7 @@ func parse[T any](d commandDef[T], args []string) (T, error) {
 	return got, err
 }
 
-func parseServeFlags(args []string, _ io.Writer) (serveConfig, error) {
+func parseServeFlags(args []string, _ io.Writer) (serveOptions, error) {
 	return parse(serveCommand(), args)
 }
 

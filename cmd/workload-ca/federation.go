@@ -5,19 +5,96 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
-	"net"
 	"time"
 
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 
 	"github.com/workload-ca/workload-ca/internal/component"
+	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
 	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
+	"github.com/workload-ca/workload-ca/trust/configmap"
 	"github.com/workload-ca/workload-ca/trust/federation"
 	"github.com/workload-ca/workload-ca/trust/rootset"
 )
+
+// The trust publishers (leader only) and federation (every replica): the
+// roots go to ClusterTrustBundles, Istio's root ConfigMaps and istiod's
+// certificate; the federated trust domains' roots go to ztunnel's answer
+// and to the publishers that ask for them.
+
+// publishBundles makes the leader publish the roots as ClusterTrustBundles.
+func (a *app) publishBundles(context.Context) error {
+	if !a.opts.bundles.Publish {
+		return nil
+	}
+	var preview func() []*x509.Certificate // nil: no preview stage
+	if a.opts.material.Preview > 0 && a.opts.material.Secret.Name != "" {
+		preview = a.source.Preview
+	}
+	cfg := clustertrustbundle.Config{Client: a.kube.Bundles, Preview: preview, Options: a.publisherOptions(a.metrics, "trustbundle")}
+	a.opts.bundles.ApplyTo(&cfg)
+	p, err := clustertrustbundle.New(cfg)
+	if err != nil {
+		return err
+	}
+	a.addPublisher("trustbundle", p)
+	return nil
+}
+
+// publishRootConfigMaps makes the leader publish the roots as Istio's
+// istio-ca-root-cert ConfigMap, with those of the federated trust domains
+// that ask for it.
+func (a *app) publishRootConfigMaps(context.Context) error {
+	if !a.opts.rootCMs.Publish {
+		return nil
+	}
+	cfg := configmap.Config{Client: a.kube.RootConfigMaps, Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")}
+	a.opts.rootCMs.ApplyTo(&cfg)
+	peers := a.opts.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap })
+	if len(peers) > 0 {
+		cfg.Peers, cfg.OurDNSDomains, cfg.LeftOut = a.rootConfigMapPeers, a.ourDNSDomains(),
+			a.leftOutMetric("istio_root_configmap", func(string) bool { return true })
+	}
+	p, err := configmap.New(cfg)
+	if err != nil {
+		return err
+	}
+	for _, td := range peers {
+		a.peerTriggers[td] = append(a.peerTriggers[td], p.Trigger)
+	}
+	a.addPublisher("rootconfigmap", p)
+	return nil
+}
+
+// keepIstiodCert makes the leader keep istiod's serving certificate in
+// the Secret Istio's chart mounts.
+func (a *app) keepIstiodCert(context.Context) error {
+	if !a.opts.istiod.Enabled {
+		return nil
+	}
+	cfg := istiodcert.Config{Client: a.kube.IstiodCert, Issuer: a.authority, Holding: a.metrics.IstiodCertExpiry,
+		Options: a.publisherOptions(a.metrics.IstiodCerts(), "istiodcert")}
+	a.opts.istiod.ApplyTo(&cfg)
+	p, err := istiodcert.New(cfg)
+	if err != nil {
+		return err
+	}
+	a.addPublisher("istiodcert", p)
+	return nil
+}
+
+// addPublisher makes the leader run publisher p, triggered whenever the
+// CA's material changes.
+func (a *app) addPublisher(name string, p interface {
+	Trigger()
+	Run(ctx context.Context) error
+}) {
+	a.source.OnChange(p.Trigger)
+	a.add(component.Component{Name: name, Leader: true, Run: p.Run})
+}
 
 // rootConfigMapPeers are the roots held of the federated trust domains
 // marked istioRootConfigMap, which join ours in Istio's root ConfigMaps
@@ -27,10 +104,8 @@ func (a *app) rootConfigMapPeers() []rootset.Peer {
 		return nil
 	}
 	var out []rootset.Peer
-	for _, p := range a.cfg.Federation.Peers {
-		if p.IstioRootConfigMap {
-			out = append(out, rootset.Peer{TrustDomain: p.TrustDomain, Roots: a.importer.Roots(p.TrustDomain)})
-		}
+	for _, td := range a.opts.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap }) {
+		out = append(out, rootset.Peer{TrustDomain: td, Roots: a.importer.Roots(td)})
 	}
 	return out
 }
@@ -40,7 +115,7 @@ func (a *app) rootConfigMapPeers() []rootset.Peer {
 // trust domain's name (Istio's default cluster domain is the trust
 // domain) and istiod's names.
 func (a *app) ourDNSDomains() []string {
-	return append([]string{a.cfg.TrustDomain.Name()}, a.cfg.istiodNames()...)
+	return append([]string{a.opts.material.TrustDomain.Name()}, a.opts.istiod.Names()...)
 }
 
 // leftOutMetric exports the peers a destination leaves out as
@@ -61,80 +136,85 @@ func (a *app) leftOutMetric(destination string, match func(trustDomain string) b
 // them, and our bundle endpoint. It runs before the other trust
 // publishers are wired, which read what it imports.
 func (a *app) federate(ctx context.Context) error {
-	fc := a.cfg.Federation
+	a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
+	fc := a.opts.federation.Config
 	if fc == nil {
 		return nil
 	}
-	log := a.log.With("component", "federation")
 	if len(fc.Peers) > 0 {
-		a.leftOut = metrics.NewLeftOut(a.reg)
-		a.peerTriggers = map[spiffeid.TrustDomain][]func(){}
-		im, err := federation.NewImporter(federation.ImporterConfig{Peers: fc.Peers, ZtunnelRoots: a.authority.SetPeerRoots, OwnRoots: a.authority.Roots, Logger: log,
-			ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
-				return clustertrustbundle.SelectRoots(ctx, a.kube.bundles, sel.SignerName, sel.MatchLabels)
-			},
-			OnChange: func(td spiffeid.TrustDomain) {
-				for _, t := range a.peerTriggers[td] {
-					t()
-				}
-			}})
-		if err != nil {
-			return fmt.Errorf("--federation-config: %w", err)
+		if err := a.importPeers(fc.Peers); err != nil {
+			return err
 		}
-		for _, p := range fc.Peers {
-			if !p.ClusterTrustBundle {
-				continue
+	}
+	c, ok, err := a.opts.federation.Endpoint(ctx, federation.EndpointWiring{TrustDomain: a.opts.material.TrustDomain,
+		Roots: a.authority.Roots, SVID: a.endpointSVID, Logger: a.log.With("component", "federation")})
+	if ok {
+		a.add(c)
+	}
+	return err
+}
+
+// importPeers imports the federated trust domains' bundles, and publishes
+// as ClusterTrustBundles those that ask for it.
+func (a *app) importPeers(peers []federation.Peer) error {
+	a.leftOut = metrics.NewLeftOut(a.reg)
+	im, err := federation.NewImporter(federation.ImporterConfig{Peers: peers, ZtunnelRoots: a.authority.SetPeerRoots,
+		OwnRoots: a.authority.Roots, Logger: a.log.With("component", "federation"),
+		ClusterTrustBundles: func(ctx context.Context, sel federation.BundleSelectorFile) ([]*x509.Certificate, error) {
+			return clustertrustbundle.SelectRoots(ctx, a.kube.Bundles, sel.SignerName, sel.MatchLabels)
+		},
+		OnChange: func(td spiffeid.TrustDomain) {
+			for _, t := range a.peerTriggers[td] {
+				t()
 			}
-			name := "trustbundle-" + p.TrustDomain.Name()
-			pub, err := clustertrustbundle.New(clustertrustbundle.Config{Client: a.kube.bundles, SignerName: a.cfg.SignerName,
-				PeerTrustDomain: p.TrustDomain, LeftOut: a.leftOutMetric("cluster_trust_bundle", func(td string) bool { return td == p.TrustDomain.Name() }), Options: trust.Options{TrustDomain: a.cfg.TrustDomain,
-					Roots: func() []*x509.Certificate { return im.Roots(p.TrustDomain) }, Observer: a.metrics,
-					Logger: a.log.With("component", name)}})
-			if err != nil {
+		}})
+	if err != nil {
+		return fmt.Errorf("--federation-config: %w", err)
+	}
+	for _, p := range peers {
+		if p.ClusterTrustBundle {
+			if err := a.publishPeerBundle(im, p.TrustDomain); err != nil {
 				return err
 			}
-			a.peerTriggers[p.TrustDomain] = append(a.peerTriggers[p.TrustDomain], pub.Trigger)
-			a.add(component.Component{Name: name, Leader: true, Run: pub.Run})
 		}
-		metrics.WatchFederation(a.reg, time.Now, func() []metrics.FederatedBundle {
-			var out []metrics.FederatedBundle
-			for _, s := range im.States() {
-				out = append(out, metrics.FederatedBundle{TrustDomain: s.TrustDomain, Roots: s.Roots, LastSuccess: s.LastSuccess, FetchErrors: s.FetchErrors})
-			}
-			return out
-		})
-		a.add(component.Component{Name: "federation-import", Run: im.Run})
-		a.importer = im
 	}
-	e := fc.Endpoint
-	if e == nil {
-		return nil
-	}
-	var getCert func(*tls.ClientHelloInfo) (*tls.Certificate, error)
-	if e.Profile == federation.ProfileWeb {
-		fcert, err := federation.NewFileCertificate(e.CertFile, e.KeyFile)
-		if err != nil {
-			return fmt.Errorf("--federation-config: endpoint: %w", err)
+	metrics.WatchFederation(a.reg, time.Now, func() []metrics.FederatedBundle {
+		var out []metrics.FederatedBundle
+		for _, s := range im.States() {
+			out = append(out, metrics.FederatedBundle{TrustDomain: s.TrustDomain, Roots: s.Roots, LastSuccess: s.LastSuccess, FetchErrors: s.FetchErrors})
 		}
-		getCert = fcert.GetCertificate
-	} else {
-		svid, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, SPIFFEID: e.SPIFFEID,
-			TTL: a.cfg.ServingTTL, Logger: log})
-		if err != nil {
-			return fmt.Errorf("--federation-config: endpoint SVID: %w", err)
-		}
-		getCert = svid.GetCertificate
-	}
-	lis, err := net.Listen("tcp", e.Address)
+		return out
+	})
+	a.add(component.Component{Name: "federation-import", Run: im.Run})
+	a.importer = im
+	return nil
+}
+
+// publishPeerBundle makes the leader publish the roots of federated trust
+// domain td as ClusterTrustBundles.
+func (a *app) publishPeerBundle(im *federation.Importer, td spiffeid.TrustDomain) error {
+	name := "trustbundle-" + td.Name()
+	cfg := clustertrustbundle.Config{Client: a.kube.Bundles, SignerName: a.opts.bundles.SignerName, PeerTrustDomain: td,
+		LeftOut: a.leftOutMetric("cluster_trust_bundle", func(name string) bool { return name == td.Name() }),
+		Options: trust.Options{TrustDomain: a.opts.material.TrustDomain,
+			Roots:    func() []*x509.Certificate { return im.Roots(td) },
+			Observer: a.metrics, Logger: a.log.With("component", name)}}
+	pub, err := clustertrustbundle.New(cfg)
 	if err != nil {
-		return fmt.Errorf("--federation-config: endpoint.address: %w", err)
-	}
-	srv, err := federation.NewServer(federation.ServerConfig{TrustDomain: a.cfg.TrustDomain, Roots: a.authority.Roots,
-		RefreshHint: e.RefreshHint, Listener: lis, GetCertificate: getCert, Logger: log})
-	if err != nil {
-		_ = lis.Close()
 		return err
 	}
-	a.add(component.Component{Name: "federation-endpoint", Run: srv.Run})
+	a.peerTriggers[td] = append(a.peerTriggers[td], pub.Trigger)
+	a.add(component.Component{Name: name, Leader: true, Run: pub.Run})
 	return nil
+}
+
+// endpointSVID is the certificate of an https_spiffe bundle endpoint:
+// an SVID for id the authority issues, kept fresh.
+func (a *app) endpointSVID(ctx context.Context, id spiffeid.ID) (func(*tls.ClientHelloInfo) (*tls.Certificate, error), error) {
+	svid, err := server.NewServingCert(ctx, server.ServingCertConfig{Issuer: a.authority, SPIFFEID: id,
+		TTL: a.opts.serving.ServingTTL, Logger: a.log.With("component", "federation")})
+	if err != nil {
+		return nil, err
+	}
+	return svid.GetCertificate, nil
 }

@@ -23,7 +23,10 @@ func TestRootConfigMapPeersAreMarkedPeers(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a := &app{cfg: serveConfig{Federation: fc, TrustDomain: spiffeid.RequireTrustDomainFromString("mesh.example"), IstiodNamespace: "istio-system"}}
+	a := &app{}
+	a.opts.federation.Config = fc
+	a.opts.material.TrustDomain = spiffeid.RequireTrustDomainFromString("mesh.example")
+	a.opts.istiod.Namespace = "istio-system"
 	if got := a.rootConfigMapPeers(); len(got) != 0 {
 		t.Fatalf("without an importer: %d peers, want none", len(got))
 	}

@@ -10,6 +10,9 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/cli"
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 	"github.com/workload-ca/workload-ca/loadtest"
 )
 
@@ -43,32 +46,32 @@ type loadtestConfig struct {
 }
 
 // loadtestCommand is `workload-ca loadtest`.
-func loadtestCommand() commandDef[loadtestConfig] {
-	return commandDef[loadtestConfig]{
-		use:       "loadtest --plan FILE --root-cert FILE",
-		short:     "Load the CA as many ztunnels would, and measure it",
-		long:      "Loads the CA as many ztunnels would, and measures it.\n\n" + loadtestUsage,
-		flags:     loadtestFlags,
-		exclusive: [][]string{{"once", "rate"}},
-		values:    map[string][]string{"output": {"text", "json"}, "retry": {loadtest.RetryZtunnel, loadtest.RetryAggressive}},
-		files:     []string{"plan", "root-cert"},
-		run:       runLoadtest,
+func loadtestCommand() cli.Command[loadtestConfig] {
+	return cli.Command[loadtestConfig]{
+		Use:       "loadtest --plan FILE --root-cert FILE",
+		Short:     "Load the CA as many ztunnels would, and measure it",
+		Long:      "Loads the CA as many ztunnels would, and measures it.\n\n" + loadtestUsage,
+		Flags:     loadtestFlags,
+		Exclusive: [][]string{{"once", "rate"}},
+		Values:    map[string][]string{"output": {"text", "json"}, "retry": {loadtest.RetryZtunnel, loadtest.RetryAggressive}},
+		Files:     []string{"plan", "root-cert"},
+		Run:       runLoadtest,
 	}
 }
 
 func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
-	fs := newFlagSet("loadtest")
+	fs := cliflag.New("loadtest")
 	var c loadtestConfig
 	r := &c.run
 	var output string
-	fs.section("Plan and connection")
+	fs.Section("Plan and connection")
 	fs.StringVar(&c.planFile, "plan", "", "JSON plan file: ztunnels with their tokens and identities (required)")
 	fs.StringVar(&c.rootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
 	fs.StringVar(&r.Address, "addr", "localhost:15012", "CA address host:port")
 	fs.StringVar(&r.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
 	fs.IntVar(&c.limit, "ztunnels-limit", 0, "use only the first N ztunnels of the plan (0: all)")
 	fs.IntVar(&r.CSRsPerIdentity, "csrs-per-identity", loadtest.DefaultCSRsPerIdentity, "pregenerated keys and CSRs per identity, used round-robin")
-	fs.section("Load")
+	fs.Section("Load")
 	fs.DurationVar(&r.Duration, "duration", 10*time.Second, "measured window after the warm-up (with --once: the deadline of the storm)")
 	fs.DurationVar(&r.Warmup, "warmup", 3*time.Second, "warm-up before the measured window, not counted")
 	fs.Float64Var(&r.Rate, "rate", 0, "total target rate in requests/s, open loop; 0 is the maximum rate, closed loop")
@@ -78,14 +81,14 @@ func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
 	fs.IntVar(&r.InFlight, "in-flight", loadtest.DefaultInFlight, "most requests outstanding per ztunnel")
 	fs.DurationVar(&r.Timeout, "timeout", loadtest.DefaultTimeout, "deadline of each request, and of connecting")
 	fs.DurationVar(&r.TTL, "ttl", loadtest.DefaultTTL, "requested certificate lifetime (validity_duration)")
-	fs.section("Output")
+	fs.Section("Output")
 	fs.StringVar(&output, "output", "text", "summary format: text or json")
 	fs.BoolVar(&c.quiet, "quiet", false, "no progress lines on stderr")
 	fs.BoolVar(&r.NoCheck, "no-check", false, "do not parse and check the responses (less client CPU)")
-	fs.example("plan", "plan.json")
-	fs.example("root-cert", "root-cert.pem")
-	fs.example("rate", "250")
-	return fs.done(), func([]string) (loadtestConfig, error) {
+	fs.Example("plan", "plan.json")
+	fs.Example("root-cert", "root-cert.pem")
+	fs.Example("rate", "250")
+	return fs.Done(), func([]string) (loadtestConfig, error) {
 		var errs []error
 		if c.planFile == "" || c.rootCert == "" {
 			errs = append(errs, errors.New("--plan and --root-cert are required"))
@@ -107,7 +110,7 @@ func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
 		}
 		c.json = output == "json"
 		if err := errors.Join(errs...); err != nil {
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+			return c, fmt.Errorf("%w: %w", cli.ErrUsage, err)
 		}
 		return c, nil
 	}
@@ -115,8 +118,8 @@ func loadtestFlags() (*pflag.FlagSet, func([]string) (loadtestConfig, error)) {
 
 func runLoadtest(ctx context.Context, c loadtestConfig, stdout, stderr io.Writer) error {
 	var err error
-	if c.run.Roots, err = rootPool(c.rootCert); err != nil {
-		return err
+	if c.run.Roots, err = caclient.ReadRoots(c.rootCert); err != nil {
+		return fmt.Errorf("--root-cert: %w", err)
 	}
 	plan, err := loadtest.ReadPlanFile(c.planFile)
 	if err != nil {

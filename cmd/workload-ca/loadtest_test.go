@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 func TestParseLoadtestFlags(t *testing.T) {
@@ -30,7 +32,7 @@ func TestParseLoadtestFlags(t *testing.T) {
 		{"stray argument", []string{"--plan", "p", "--root-cert", "r", "extra"}, "unexpected arguments"},
 	} {
 		_, err := parseLoadtestFlags(tc.args, io.Discard)
-		if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tc.want) {
+		if !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%s: err = %v, want a usage error with %q", tc.name, err, tc.want)
 		}
 	}

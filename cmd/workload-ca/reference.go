@@ -6,6 +6,9 @@ import (
 	"strings"
 
 	"github.com/spf13/pflag"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
 // writeConfigReference writes the configuration reference of `workload-ca
@@ -23,7 +26,7 @@ every problem is reported together. [configuration.md](configuration.md)
 explains the main ones by task. The sections are those of
 ` + "`workload-ca serve --help`" + `.
 `)
-	names, groups := flagGroups(fs)
+	names, groups := cliflag.Groups(fs)
 	for _, name := range names {
 		b.WriteString("\n## " + name + "\n\n| flag | environment variable | default | meaning |\n| --- | --- | --- | --- |\n")
 		groups[name].VisitAll(func(f *pflag.Flag) {
@@ -31,16 +34,11 @@ explains the main ones by task. The sections are those of
 			if def != "" {
 				def = "`" + def + "`"
 			}
-			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, envName(f.Name), def, cell(f.Usage))
+			fmt.Fprintf(&b, "| `--%s` | `%s` | %s | %s |\n", f.Name, cli.EnvName(f.Name), def, cell(f.Usage))
 		})
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
-}
-
-// envName is the environment variable of flag name (envFallback).
-func envName(name string) string {
-	return "WORKLOAD_CA_" + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
 }
 
 // cell makes text safe in a Markdown table cell.

@@ -5,6 +5,8 @@ import (
 	"testing"
 
 	"github.com/spf13/pflag"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 // TestConfigReferenceNamesEveryFlag: the reference has one row per serve
@@ -20,7 +22,7 @@ func TestConfigReferenceNamesEveryFlag(t *testing.T) {
 	n := 0
 	fs.VisitAll(func(f *pflag.Flag) {
 		n++
-		row := "| `--" + f.Name + "` | `" + envName(f.Name) + "` | "
+		row := "| `--" + f.Name + "` | `" + cli.EnvName(f.Name) + "` | "
 		if !strings.Contains(out, row) {
 			t.Errorf("no row for --%s (want %q)", f.Name, row)
 		}

@@ -2,23 +2,20 @@ package main
 
 import (
 	"context"
-	"crypto/x509"
-	"encoding/json"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strings"
 	"time"
 
 	"github.com/spf13/pflag"
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
-	"go.step.sm/crypto/pemutil"
 	"google.golang.org/grpc/status"
 
 	"github.com/workload-ca/workload-ca/caclient"
+	"github.com/workload-ca/workload-ca/internal/cli"
+	"github.com/workload-ca/workload-ca/internal/cliflag"
 )
 
 // requestConfig is the validated configuration of `workload-ca request`.
@@ -37,45 +34,45 @@ type requestConfig struct {
 }
 
 // requestCommand is `workload-ca request`.
-func requestCommand() commandDef[requestConfig] {
-	return commandDef[requestConfig]{
-		use:   "request --root-cert FILE --token-file FILE --identity SPIFFE-ID",
-		short: "Request a certificate as ztunnel would",
-		long: `Requests a certificate as ztunnel does: a P-256 key and CSR, the bearer
+func requestCommand() cli.Command[requestConfig] {
+	return cli.Command[requestConfig]{
+		Use:   "request --root-cert FILE --token-file FILE --identity SPIFFE-ID",
+		Short: "Request a certificate as ztunnel would",
+		Long: `Requests a certificate as ztunnel does: a P-256 key and CSR, the bearer
 token of --token-file, the identity as ImpersonatedIdentity metadata, over
 TLS verified with --root-cert. Prints the chain (or writes it to --out-dir).`,
-		flags:  requestFlags,
-		values: map[string][]string{"output": {"text", "json"}},
-		dirs:   []string{"out-dir"},
-		files:  []string{"root-cert", "token-file"},
-		run:    runRequest,
+		Flags:  requestFlags,
+		Values: map[string][]string{"output": {"text", "json"}},
+		Dirs:   []string{"out-dir"},
+		Files:  []string{"root-cert", "token-file"},
+		Run:    runRequest,
 	}
 }
 
 func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
-	fs := newFlagSet("request")
+	fs := cliflag.New("request")
 	var c requestConfig
 	var id, output string
-	fs.section("Connection")
+	fs.Section("Connection")
 	fs.StringVar(&c.Addr, "addr", "localhost:15012", "CA address host:port (ztunnel's CA_ADDRESS)")
 	fs.StringVar(&c.ServerName, "server-name", "", "host name to verify in the CA's certificate (default: the host of --addr)")
 	fs.StringVar(&c.RootCert, "root-cert", "", "PEM file of the roots that verify the CA (required)")
 	fs.DurationVar(&c.Timeout, "timeout", 10*time.Second, "deadline of the request")
-	fs.section("Request")
+	fs.Section("Request")
 	fs.StringVar(&c.TokenFile, "token-file", "", "file holding the bearer token, re-read on every call as ztunnel does (required)")
 	fs.StringVar(&id, "identity", "", "SPIFFE ID to request, e.g. spiffe://cluster.local/ns/demo/sa/web (required)")
 	fs.BoolVar(&c.Impersonate, "impersonate", true, "send the identity as ImpersonatedIdentity metadata (ztunnel's shared mode); false asks for the caller's own identity")
 	fs.DurationVar(&c.TTL, "ttl", 24*time.Hour, "requested lifetime (validity_duration)")
 	fs.StringVar(&c.ClusterID, "cluster-id", caclient.DefaultClusterID, "cluster id sent in the clusterid header (ztunnel's CLUSTER_ID)")
-	fs.section("Output")
+	fs.Section("Output")
 	fs.StringVar(&c.OutDir, "out-dir", "", "write cert-chain.pem, key.pem and root-cert.pem here")
 	fs.StringVar(&output, "output", "text", "output format: text or json")
-	fs.example("root-cert", "root-cert.pem")
-	fs.example("token-file", "/var/run/secrets/tokens/istio-token")
-	fs.example("identity", "spiffe://cluster.local/ns/demo/sa/web")
-	fs.example("server-name", "istiod.istio-system.svc")
-	fs.example("out-dir", "./certs")
-	return fs.done(), func([]string) (requestConfig, error) {
+	fs.Example("root-cert", "root-cert.pem")
+	fs.Example("token-file", "/var/run/secrets/tokens/istio-token")
+	fs.Example("identity", "spiffe://cluster.local/ns/demo/sa/web")
+	fs.Example("server-name", "istiod.istio-system.svc")
+	fs.Example("out-dir", "./certs")
+	return fs.Done(), func([]string) (requestConfig, error) {
 		var errs []error
 		var err error
 		if c.Identity, err = spiffeid.FromString(id); err != nil {
@@ -89,16 +86,16 @@ func requestFlags() (*pflag.FlagSet, func([]string) (requestConfig, error)) {
 		}
 		c.JSON = output == "json"
 		if err := errors.Join(errs...); err != nil {
-			return c, fmt.Errorf("%w: %w", errUsage, err)
+			return c, fmt.Errorf("%w: %w", cli.ErrUsage, err)
 		}
 		return c, nil
 	}
 }
 
 func runRequest(ctx context.Context, cfg requestConfig, stdout, _ io.Writer) error {
-	pool, err := rootPool(cfg.RootCert)
+	pool, err := caclient.ReadRoots(cfg.RootCert)
 	if err != nil {
-		return err
+		return fmt.Errorf("--root-cert: %w", err)
 	}
 	token, err := os.ReadFile(cfg.TokenFile)
 	if err != nil {
@@ -125,71 +122,9 @@ func runRequest(ctx context.Context, cfg requestConfig, stdout, _ io.Writer) err
 		return fmt.Errorf("issued certificate does not verify against the returned roots: %w", err)
 	}
 	if cfg.OutDir != "" {
-		if err := writeResult(cfg.OutDir, res); err != nil {
+		if err := res.WriteFiles(cfg.OutDir); err != nil {
 			return err
 		}
 	}
-	return printResult(stdout, res, cfg.JSON)
-}
-
-// summary is what `request` prints.
-type summary struct {
-	SPIFFEID  string    `json:"spiffe_id"`
-	Serial    string    `json:"serial"`
-	NotBefore time.Time `json:"not_before"`
-	NotAfter  time.Time `json:"not_after"`
-	Chain     []string  `json:"chain"`
-	Roots     []string  `json:"roots"`
-}
-
-func printResult(w io.Writer, res *caclient.Result, asJSON bool) error {
-	s := summary{SPIFFEID: res.Leaf.URIs[0].String(), Serial: res.Leaf.SerialNumber.Text(16),
-		NotBefore: res.Leaf.NotBefore.UTC(), NotAfter: res.Leaf.NotAfter.UTC()}
-	for _, c := range res.Chain {
-		s.Chain = append(s.Chain, c.Subject.String())
-	}
-	for _, c := range res.Roots {
-		s.Roots = append(s.Roots, c.Subject.String())
-	}
-	if asJSON {
-		return json.NewEncoder(w).Encode(s)
-	}
-	_, err := fmt.Fprintf(w, "spiffe_id:  %s\nserial:     %s\nvalidity:   %s .. %s (%s)\nchain:      leaf -> %s\nroots:      %s\n",
-		s.SPIFFEID, s.Serial, s.NotBefore.Format(time.RFC3339), s.NotAfter.Format(time.RFC3339),
-		s.NotAfter.Sub(s.NotBefore).Round(time.Second), strings.Join(append(s.Chain, "[root bundle]"), " -> "),
-		strings.Join(s.Roots, "; "))
-	return err
-}
-
-// writeResult writes the key (0600), the chain and the roots.
-func writeResult(dir string, res *caclient.Result) error {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return err
-	}
-	keyPEM, err := pemutil.Serialize(res.Key, pemutil.WithPKCS8(true))
-	if err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "key.pem"), pem.EncodeToMemory(keyPEM), 0o600); err != nil {
-		return err
-	}
-	chain := strings.Join(res.PEM[:len(res.PEM)-1], "")
-	if err := os.WriteFile(filepath.Join(dir, "cert-chain.pem"), []byte(chain), 0o600); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(dir, "root-cert.pem"), []byte(res.PEM[len(res.PEM)-1]), 0o600)
-}
-
-// rootPool reads the PEM roots that verify the CA's serving certificate
-// (ztunnel's CA_ROOT_CA).
-func rootPool(path string) (*x509.CertPool, error) {
-	roots, err := pemutil.ReadCertificateBundle(path)
-	if err != nil {
-		return nil, fmt.Errorf("--root-cert: %w", err)
-	}
-	pool := x509.NewCertPool()
-	for _, r := range roots {
-		pool.AddCert(r)
-	}
-	return pool, nil
+	return res.Print(stdout, cfg.JSON)
 }

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/workload-ca/workload-ca/internal/cli"
 )
 
 func TestParseRequestFlags(t *testing.T) {
@@ -32,7 +34,7 @@ func TestParseRequestFlags(t *testing.T) {
 				}
 				return
 			}
-			if err == nil || !errors.Is(err, errUsage) || !strings.Contains(err.Error(), tt.wantErr) {
+			if err == nil || !errors.Is(err, cli.ErrUsage) || !strings.Contains(err.Error(), tt.wantErr) {
 				t.Fatalf("parseRequestFlags() error = %v, want usage error mentioning %q", err, tt.wantErr)
 			}
 		})

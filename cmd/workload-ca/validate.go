@@ -2,55 +2,53 @@ package main
 
 import (
 	"context"
-	"crypto"
 	"crypto/tls"
-	"errors"
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 
-	"github.com/workload-ca/workload-ca/ca"
-	"github.com/workload-ca/workload-ca/ca/keystore"
+	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
 // validateServe is `serve --validate`: the flags have been checked; it
 // loads the CA material that needs no API server (a directory, a plug-in
 // root directory, a KMS or HSM key), prints what serve would run, and
-// returns. It writes nothing: a directory that would get a generated root
-// is reported, not created.
-func validateServe(ctx context.Context, c serveConfig, stdout io.Writer) error {
-	var key crypto.Signer
-	if c.CAKeyURI != "" {
-		k, err := keystore.OpenKey(ctx, c.CAKeyURI)
-		if err != nil {
-			return err
-		}
-		defer func() { _ = k.Close() }()
-		key = k
-	}
-	material, err := validateMaterial(c, key)
+// returns. It writes nothing.
+func validateServe(ctx context.Context, o serveOptions, stdout io.Writer) error {
+	material, err := o.material.Describe(ctx)
 	if err != nil {
 		return err
 	}
 	w := &lines{w: stdout}
+	m, s := o.material, o.serving
 	w.printf("configuration valid; workload-ca serve would run:")
-	w.printf("  trust domain %s; leaves %v by default, at most %v", c.TrustDomain.Name(), c.DefaultTTL, c.MaxTTL)
+	w.printf("  trust domain %s; leaves %v by default, at most %v", m.TrustDomain.Name(), m.DefaultTTL, m.MaxTTL)
 	w.printf("  CA: %s", material)
-	w.printf("  gRPC on %s (serving names %s, %s or later), admin on %s", c.ListenAddr, strings.Join(c.ServingDNSNames, ","),
-		tls.VersionName(c.TLSMinVersion), c.AdminAddr)
+	w.printf("  gRPC on %s (serving names %s, %s or later), admin on %s", s.ListenAddr, strings.Join(s.DNSNames, ","),
+		tls.VersionName(s.TLSMinVersion), o.process.AdminAddr)
 	verification := "a TokenReview for every new token"
-	if c.TokenLocal {
+	if o.tokens.Local {
 		verification = "pod-bound tokens of the cluster's issuer verified locally, others by TokenReview"
 	}
-	w.printf("  callers: audiences %s; %s; node agents %v", strings.Join(c.TokenAudiences, ","), verification, c.NodeAgents)
-	if c.IssuancePolicies {
+	w.printf("  callers: audiences %s; %s; node agents %v", strings.Join(o.tokens.Audiences, ","), verification, o.clusters.NodeAgents)
+	if o.policies.Enabled {
 		w.printf("  requests also decided by the IssuancePolicy resources (every replica)")
 	}
-	if c.ClusterID != "" {
-		w.printf("  only requests for cluster %s", c.ClusterID)
+	o.describeClusters(w)
+	o.describeFederation(w)
+	w.printf("  leader election: Lease %s/%s", o.process.Leader.Namespace, o.process.Leader.Name)
+	for _, task := range o.leaderTasks() {
+		w.printf("  leader: %s", task)
+	}
+	return w.err
+}
+
+func (o *serveOptions) describeClusters(w *lines) {
+	c := o.clusters
+	if c.ID != "" {
+		w.printf("  only requests for cluster %s", c.ID)
 	}
 	if c.RemoteSecrets {
 		w.printf("  remote clusters: from the Secrets labelled istio/multiCluster=true in namespace %s", c.RemoteSecretsNS)
@@ -58,99 +56,59 @@ func validateServe(ctx context.Context, c serveConfig, stdout io.Writer) error {
 	for _, id := range slices.Sorted(maps.Keys(c.RemoteKubeconfigs)) {
 		w.printf("  remote cluster %s: kubeconfig %s", id, c.RemoteKubeconfigs[id])
 	}
-	if f := c.Federation; f != nil {
-		if e := f.Endpoint; e != nil {
-			w.printf("  SPIFFE bundle endpoint on %s, profile %s, refresh hint %v", e.Address, e.Profile, e.RefreshHint)
-		}
-		for _, p := range f.Peers {
-			source := "file " + p.BundleFile
-			if p.URL != "" {
-				source = p.URL + " (" + p.Profile + ")"
-			}
-			w.printf("  federated trust domain %s from %s; in the ztunnel answer: %v", p.TrustDomain, source, p.Ztunnel)
-		}
-	}
-	w.printf("  leader election: Lease %s/%s", c.LeaderElectionNS, c.LeaderElectionID)
-	for _, task := range leaderTasks(c) {
-		w.printf("  leader: %s", task)
-	}
-	return w.err
 }
 
-// validateMaterial loads what the CA would sign with and describes it.
-func validateMaterial(c serveConfig, key crypto.Signer) (string, error) {
-	authorityCfg := ca.Config{TrustDomain: c.TrustDomain, DefaultTTL: c.DefaultTTL, MaxTTL: c.MaxTTL}
-	check := func(m *ca.Material) error {
-		_, err := ca.New(authorityCfg, m)
-		return err
+func (o *serveOptions) describeFederation(w *lines) {
+	f := o.federation.Config
+	if f == nil {
+		return
 	}
-	switch {
-	case c.CADir != "":
-		if _, err := os.Stat(c.CADir); errors.Is(err, os.ErrNotExist) {
-			// parseServeFlags allowed it: --ca-dir-create.
-			return fmt.Sprintf("directory %s would be created with a self-signed %s root", c.CADir, c.CAKeyType), nil
-		}
-		m, err := keystore.LoadDir(c.CADir, key)
-		switch {
-		case errors.Is(err, keystore.ErrNoMaterial) && key == nil:
-			return fmt.Sprintf("directory %s is empty: a self-signed %s root would be generated there", c.CADir, c.CAKeyType), nil
-		case err != nil:
-			return "", fmt.Errorf("--ca-dir %s: %w", c.CADir, err)
-		}
-		if err := check(m); err != nil {
-			return "", fmt.Errorf("--ca-dir %s: %w", c.CADir, err)
-		}
-		return fmt.Sprintf("directory %s: signs with %q until %s, %d roots", c.CADir, m.Cert.Subject.String(),
-			m.Cert.NotAfter.UTC().Format("2006-01-02"), len(m.Roots)), nil
-	case c.CARootDir != "":
-		root, err := keystore.LoadRootDir(c.CARootDir, key)
-		if err != nil {
-			return "", fmt.Errorf("--ca-root-dir %s: %w", c.CARootDir, err)
-		}
-		return fmt.Sprintf("Secret %s (not read by --validate: it needs the API server), intermediates minted from root %q of %s, valid until %s",
-			c.CASecret, root.Cert.Subject.String(), c.CARootDir, root.Cert.NotAfter.UTC().Format("2006-01-02")), nil
-	case c.Upstream != nil:
-		return fmt.Sprintf("Secret %s (not read by --validate: it needs the API server), %s intermediates of %v issued by %s (not reached by --validate)",
-			c.CASecret, c.CAKeyType, c.CATTL, c.Upstream.describe()), nil
+	if e := f.Endpoint; e != nil {
+		w.printf("  SPIFFE bundle endpoint on %s, profile %s, refresh hint %v", e.Address, e.Profile, e.RefreshHint)
 	}
-	return fmt.Sprintf("Secret %s (not read by --validate: it needs the API server), self-signed %s roots of %v, rotated at half-life",
-		c.CASecret, c.CAKeyType, c.CATTL), nil
+	for _, p := range f.Peers {
+		source := "file " + p.BundleFile
+		if p.URL != "" {
+			source = p.URL + " (" + p.Profile + ")"
+		}
+		w.printf("  federated trust domain %s from %s; in the ztunnel answer: %v", p.TrustDomain, source, p.Ztunnel)
+	}
 }
 
 // leaderTasks names what the leader would run beyond leader election.
-func leaderTasks(c serveConfig) []string {
+func (o *serveOptions) leaderTasks() []string {
 	var tasks []string
-	if c.CASecret.Name != "" {
+	signer := o.bundles.SignerName
+	if o.material.Secret.Name != "" {
 		tasks = append(tasks, "rotation of the CA in its Secret")
 	}
-	if c.PublishTrustBundle {
-		t := "ClusterTrustBundles of signer " + c.SignerName
-		if c.IstioCompatible {
+	if o.bundles.Publish {
+		t := "ClusterTrustBundles of signer " + signer
+		if o.bundles.IstioCompatible {
 			t += " and istio.io:istiod-ca:root-cert"
 		}
 		tasks = append(tasks, t)
 	}
-	for _, td := range c.federatedBundles() {
-		tasks = append(tasks, "ClusterTrustBundles of signer "+c.SignerName+" with the roots of federated trust domain "+td.Name())
+	for _, td := range o.federation.Peers(func(p federation.Peer) bool { return p.ClusterTrustBundle }) {
+		tasks = append(tasks, "ClusterTrustBundles of signer "+signer+" with the roots of federated trust domain "+td.Name())
 	}
-	if c.IstioRootConfigMap {
-		sel := c.IstioRootNamespaces.String()
+	if o.rootCMs.Publish {
+		sel := o.rootCMs.Namespaces.String()
 		if sel == "" {
 			sel = "every namespace"
 		}
 		t := "Istio's istio-ca-root-cert ConfigMap in " + sel
-		if tds := c.federatedRootConfigMaps(); len(tds) > 0 {
+		if tds := o.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap }); len(tds) > 0 {
 			t += fmt.Sprintf(", with the roots of federated trust domains %v", tds)
 		}
 		tasks = append(tasks, t)
 	}
-	if c.IstiodCert {
-		tasks = append(tasks, fmt.Sprintf("istiod's serving certificate in Secret %s/%s for %s", c.IstiodNamespace, c.IstiodCertSecret, strings.Join(c.istiodNames(), ",")))
+	if o.istiod.Enabled {
+		tasks = append(tasks, fmt.Sprintf("istiod's serving certificate in Secret %s/%s for %s", o.istiod.Namespace, o.istiod.SecretName, strings.Join(o.istiod.Names(), ",")))
 	}
-	if c.PodCertificates {
-		tasks = append(tasks, "PodCertificateRequests of signer "+c.SignerName)
+	if o.podCerts.Enabled {
+		tasks = append(tasks, "PodCertificateRequests of signer "+signer)
 	}
-
 	return tasks
 }
 

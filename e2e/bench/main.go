@@ -307,25 +307,32 @@ func (b *bench) endToEnd(ctx context.Context) (err error) {
 		return err
 	}
 
-	var errs []error
-	if !b.opts.stormOnly {
-		errs = append(errs, b.measureRates(ctx, startCtx, cp, e2ePlan))
-	}
-	if !b.opts.stormOnly && b.opts.twoClusterRounds > 0 && ctx.Err() == nil {
-		errs = append(errs, b.measureTwoClusters(ctx, cp, fixture))
-	}
-	if !b.opts.stormOnly && b.opts.upstreamRounds > 0 && ctx.Err() == nil {
-		errs = append(errs, b.measureUpstream(ctx, cp, e2ePlan))
-	}
-	if !b.opts.stormOnly && b.opts.policyRounds > 0 && ctx.Err() == nil {
-		errs = append(errs, b.measurePolicies(ctx, cp, e2ePlan))
-	}
+	errs := b.compare(ctx, startCtx, cp, fixture, e2ePlan)
 	if ctx.Err() != nil {
 		return errors.Join(append(errs, ctx.Err())...)
 	}
 	// Each storm needs a fresh process: an empty token cache.
 	errs = append(errs, b.measureStorms(ctx, cp, stormPlan, b.opts.stormZtunnels*b.opts.stormIdentities))
 	return errors.Join(errs...)
+}
+
+// compare runs the rate measurements and the interleaved comparisons
+// that --storm-only skips.
+func (b *bench) compare(ctx, startCtx context.Context, cp *controlplane.ControlPlane, fixture []node, plan string) []error {
+	if b.opts.stormOnly {
+		return nil
+	}
+	errs := []error{b.measureRates(ctx, startCtx, cp, plan)}
+	if b.opts.twoClusterRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measureTwoClusters(ctx, cp, fixture))
+	}
+	if b.opts.upstreamRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measureUpstream(ctx, cp, plan))
+	}
+	if b.opts.policyRounds > 0 && ctx.Err() == nil {
+		errs = append(errs, b.measurePolicies(ctx, cp, plan))
+	}
+	return errs
 }
 
 // measureRates starts the CA and runs the maximum-rate and half-rate load,

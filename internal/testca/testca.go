@@ -12,6 +12,7 @@ import (
 	"encoding/pem"
 	"fmt"
 	"math/big"
+	"net/url"
 	"testing"
 	"time"
 
@@ -128,6 +129,19 @@ func Sign(t testing.TB, tmpl, parent *x509.Certificate, pub crypto.PublicKey, ke
 		t.Fatalf("testca: parsing %q: %v", tmpl.Subject, err)
 	}
 	return cert
+}
+
+// NewLeaf issues a P-256 leaf for the URI SAN uri (a SPIFFE ID) under
+// parent, valid from an hour ago until notAfter.
+func NewLeaf(t testing.TB, parent *CA, uri string, notAfter time.Time) *x509.Certificate {
+	t.Helper()
+	u, err := url.Parse(uri)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key := NewKey(t, P256)
+	return Sign(t, &x509.Certificate{SerialNumber: big.NewInt(7), URIs: []*url.URL{u},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: notAfter}, parent.Cert, key.Public(), parent.Key)
 }
 
 // Root returns the root at the top of c's chain.

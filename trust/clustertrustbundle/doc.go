@@ -18,6 +18,9 @@
 // were, the reason is logged once and told to Config.LeftOut. Our own
 // roots failing them are an error, retried.
 //
+// Its Options are serve's flags of the ClusterTrustBundles (whether to
+// publish, the signer name, Istio's bundle), applied to a Config.
+//
 // It does not own: where the roots come from or when they change (the
 // caller passes Config.Roots and calls Trigger), leader election (only the
 // leader should call Run), or metrics registration (see Observer).

@@ -25,6 +25,9 @@
 // istiod's) is left out, logged once per change and reported to
 // Config.LeftOut.
 //
+// Its Options are serve's flags of the ConfigMaps (whether to publish,
+// which namespaces), checked and applied to a Config.
+//
 // It does not own: where the roots come from or when they change (the
 // caller passes Config.Roots and calls Trigger), leader election (only the
 // leader should call Run), metrics registration (see Observer), or

@@ -198,49 +198,72 @@ func Load(path string, own spiffeid.TrustDomain) (*Config, error) {
 
 // Check checks f for a CA of trust domain own.
 func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
+	c := &Config{}
+	var errs []error
+	if e := f.Endpoint; e != nil {
+		c.Endpoint, errs = e.check(own)
+	}
+	peers, perrs := checkPeers(f.TrustDomains, own)
+	c.Peers, errs = peers, append(errs, perrs...)
+	if c.Endpoint == nil && len(c.Peers) == 0 {
+		errs = append(errs, errors.New("neither an endpoint nor a trust domain to import"))
+	}
+	if len(errs) > 0 {
+		return nil, errors.Join(errs...)
+	}
+	return c, nil
+}
+
+// check checks the endpoint e describes, for a CA of trust domain own.
+func (e *EndpointFile) check(own spiffeid.TrustDomain) (*Endpoint, []error) {
 	var errs []error
 	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
-	c := &Config{}
-	if e := f.Endpoint; e != nil {
-		ep := &Endpoint{Address: e.Address, Profile: e.Profile, CertFile: e.CertFile, KeyFile: e.KeyFile,
-			RefreshHint: durationOr(e.RefreshHint, DefaultRefreshHint)}
-		if e.Address == "" {
-			bad("endpoint.address: required (host:port)")
-		}
-		switch e.Profile {
-		case ProfileWeb:
-			if e.CertFile == "" || e.KeyFile == "" {
-				bad("endpoint: profile https_web needs certFile and keyFile")
-			}
-			if e.SPIFFEID != "" {
-				bad("endpoint.spiffeID: only with profile https_spiffe")
-			}
-		case ProfileSPIFFE:
-			if e.CertFile != "" || e.KeyFile != "" {
-				bad("endpoint: profile https_spiffe serves our own SVID: no certFile or keyFile")
-			}
-			ep.SPIFFEID = spiffeid.RequireFromSegments(own, "workload-ca", DefaultEndpointPath)
-			if e.SPIFFEID != "" {
-				id, err := spiffeid.FromString(e.SPIFFEID)
-				switch {
-				case err != nil:
-					bad("endpoint.spiffeID: %v", err)
-				case id.TrustDomain() != own:
-					bad("endpoint.spiffeID: %s is not in our trust domain %s", id, own)
-				default:
-					ep.SPIFFEID = id
-				}
-			}
-		default:
-			bad("endpoint.profile: %q, want https_web or https_spiffe", e.Profile)
-		}
-		if ep.RefreshHint < time.Second {
-			bad("endpoint.refreshHint: %v, want at least 1s", ep.RefreshHint)
-		}
-		c.Endpoint = ep
+	ep := &Endpoint{Address: e.Address, Profile: e.Profile, CertFile: e.CertFile, KeyFile: e.KeyFile,
+		RefreshHint: durationOr(e.RefreshHint, DefaultRefreshHint)}
+	if e.Address == "" {
+		bad("endpoint.address: required (host:port)")
 	}
+	switch e.Profile {
+	case ProfileWeb:
+		if e.CertFile == "" || e.KeyFile == "" {
+			bad("endpoint: profile https_web needs certFile and keyFile")
+		}
+		if e.SPIFFEID != "" {
+			bad("endpoint.spiffeID: only with profile https_spiffe")
+		}
+	case ProfileSPIFFE:
+		if e.CertFile != "" || e.KeyFile != "" {
+			bad("endpoint: profile https_spiffe serves our own SVID: no certFile or keyFile")
+		}
+		ep.SPIFFEID = spiffeid.RequireFromSegments(own, "workload-ca", DefaultEndpointPath)
+		if e.SPIFFEID != "" {
+			id, err := spiffeid.FromString(e.SPIFFEID)
+			switch {
+			case err != nil:
+				bad("endpoint.spiffeID: %v", err)
+			case id.TrustDomain() != own:
+				bad("endpoint.spiffeID: %s is not in our trust domain %s", id, own)
+			default:
+				ep.SPIFFEID = id
+			}
+		}
+	default:
+		bad("endpoint.profile: %q, want https_web or https_spiffe", e.Profile)
+	}
+	if ep.RefreshHint < time.Second {
+		bad("endpoint.refreshHint: %v, want at least 1s", ep.RefreshHint)
+	}
+	return ep, errs
+}
+
+// checkPeers checks the trust domains to import, for a CA of trust domain
+// own.
+func checkPeers(files []PeerFile, own spiffeid.TrustDomain) ([]Peer, []error) {
+	var peers []Peer
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
 	seen := map[spiffeid.TrustDomain]bool{}
-	for i, p := range f.TrustDomains {
+	for i, p := range files {
 		at := fmt.Sprintf("trustDomains[%d]", i)
 		td, err := spiffeid.TrustDomainFromString(p.TrustDomain)
 		switch {
@@ -264,15 +287,9 @@ func (f *File) Check(own spiffeid.TrustDomain) (*Config, error) {
 			peer.MaxRoots = *p.MaxRoots
 		}
 		errs = append(errs, peer.check(at, p)...)
-		c.Peers = append(c.Peers, peer)
+		peers = append(peers, peer)
 	}
-	if c.Endpoint == nil && len(c.Peers) == 0 {
-		bad("neither an endpoint nor a trust domain to import")
-	}
-	if len(errs) > 0 {
-		return nil, errors.Join(errs...)
-	}
-	return c, nil
+	return peers, errs
 }
 
 // check checks p's source as written in f, and sets EndpointSPIFFEID.

@@ -10,6 +10,10 @@
 // The configuration is a small YAML file (--federation-config); see
 // docs/federation.md.
 //
+// Its Options are the --federation-config flag: the file loaded and
+// checked against the publishers it needs, the trust domains it lists,
+// and our bundle endpoint built from it (Options.Endpoint).
+//
 // It does not own: our roots (the authority hands them over as a
 // function), where imported bundles are published (cmd hands them to
 // ztunnel's roots through the authority, and to the ClusterTrustBundle and

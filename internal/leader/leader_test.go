@@ -1,4 +1,4 @@
-package main
+package leader
 
 import (
 	"context"
@@ -82,8 +82,8 @@ func TestLeaderHoldsLeaseUntilTasksStop(t *testing.T) {
 		return *l.Spec.HolderIdentity
 	}
 	task := &slowTask{holder: holder, stopping: make(chan struct{}, 1)}
-	l := newLeader(client, "ns", "wca", leaseDurations{lease: time.Second, renew: 500 * time.Millisecond, retry: 100 * time.Millisecond},
-		slog.New(slog.DiscardHandler), leaderTask{name: "slow", run: task.run})
+	l := New(Config{Client: client, Namespace: "ns", Name: "wca", Durations: Durations{Lease: time.Second, Renew: 500 * time.Millisecond, Retry: 100 * time.Millisecond},
+		Logger: slog.New(slog.DiscardHandler), Tasks: []Task{{Name: "slow", Run: task.run}}})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()

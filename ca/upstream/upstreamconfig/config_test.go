@@ -1,4 +1,4 @@
-package main
+package upstreamconfig
 
 import (
 	"crypto/x509"
@@ -15,8 +15,8 @@ func TestLoadUpstream(t *testing.T) {
 	root := testca.NewRoot(t, testca.P256)
 	leafish := testca.NewRoot(t, testca.P256, func(c *x509.Certificate) { c.IsCA = false })
 	vault := "vault: {address: https://vault:8200, tokenFile: /t}\n"
-	anchors := func(n int) func(t *testing.T, u *upstreamConfig) {
-		return func(t *testing.T, u *upstreamConfig) {
+	anchors := func(n int) func(t *testing.T, u *Config) {
+		return func(t *testing.T, u *Config) {
 			if len(u.TrustAnchors) != n {
 				t.Errorf("%d anchors, want %d", len(u.TrustAnchors), n)
 			}
@@ -26,22 +26,22 @@ func TestLoadUpstream(t *testing.T) {
 		name    string
 		yaml    string
 		wantErr string
-		check   func(t *testing.T, u *upstreamConfig)
+		check   func(t *testing.T, u *Config)
 	}{
 		{name: "vault with a token file, defaults", yaml: "vault: {address: https://vault:8200, tokenFile: /t}\n",
-			check: func(t *testing.T, u *upstreamConfig) {
+			check: func(t *testing.T, u *Config) {
 				if u.Vault.Mount != "pki" || u.Timeout != time.Minute || u.ReadyMargin != time.Hour || u.NameConstraints {
 					t.Errorf("defaults: %+v %+v", u, u.Vault)
 				}
 			}},
 		{name: "vault with Kubernetes auth", yaml: "vault: {address: https://vault:8200, mount: pki_int, kubernetes: {role: ca, tokenFile: /var/run/secrets/workload-ca/upstream/token}}\nnameConstraints: true\ntimeout: 5s\nreadyMargin: 10m\n",
-			check: func(t *testing.T, u *upstreamConfig) {
+			check: func(t *testing.T, u *Config) {
 				if u.Vault.KubernetesRole != "ca" || u.Vault.Mount != "pki_int" || u.Timeout != 5*time.Second || u.ReadyMargin != 10*time.Minute || !u.NameConstraints {
 					t.Errorf("got %+v %+v", u, u.Vault)
 				}
 			}},
 		{name: "cert-manager ClusterIssuer in the CA's namespace", yaml: "certManager: {issuerRef: {name: corp, kind: ClusterIssuer}}\n",
-			check: func(t *testing.T, u *upstreamConfig) {
+			check: func(t *testing.T, u *Config) {
 				if c := u.CertManager; c.Namespace != "istio-system" || c.IssuerKind != "ClusterIssuer" || c.IssuerGroup != "cert-manager.io" {
 					t.Errorf("got %+v", c)
 				}
@@ -72,7 +72,7 @@ func TestLoadUpstream(t *testing.T) {
 			if err := os.WriteFile(path, []byte(tt.yaml), 0o600); err != nil {
 				t.Fatal(err)
 			}
-			u, err := loadUpstream(path, "istio-system")
+			u, err := Load(path, "istio-system")
 			if tt.wantErr != "" {
 				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
 					t.Fatalf("error %v, want %q", err, tt.wantErr)

@@ -1,10 +1,8 @@
-package main
+package kubeclient
 
 import (
-	"errors"
 	"net/http"
 	"net/http/httptest"
-	"strings"
 	"sync"
 	"testing"
 
@@ -29,7 +27,7 @@ func TestKubeClients(t *testing.T) {
 		_, _ = w.Write([]byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"x"}}`))
 	}))
 	defer api.Close()
-	k, err := kubeClientsFor(&rest.Config{Host: api.URL, UserAgent: "workload-ca/test"}, 7, 9)
+	k, err := For(&rest.Config{Host: api.URL, UserAgent: "workload-ca/test"}, 7, 9)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -38,15 +36,15 @@ func TestKubeClients(t *testing.T) {
 		client kubernetes.Interface
 		qps    float32 // 0: no limit
 	}{
-		{"tokenreview", k.reviews, 0},
-		{"podindex", k.pods, 7},
-		{"saindex", k.accounts, 7},
-		{"leader-election", k.leader, leaderQPS},
-		{"ca-state", k.caState, 7},
-		{"trustbundle", k.bundles, 7},
-		{"rootconfigmap", k.rootConfigMaps, 7},
-		{"podcert", k.podCerts, 7},
-		{"istiodcert", k.istiodCert, 7},
+		{"tokenreview", k.Reviews, 0},
+		{"podindex", k.Pods, 7},
+		{"saindex", k.Accounts, 7},
+		{"leader-election", k.Leader, leaderQPS},
+		{"ca-state", k.CAState, 7},
+		{"trustbundle", k.Bundles, 7},
+		{"rootconfigmap", k.RootConfigMaps, 7},
+		{"podcert", k.PodCerts, 7},
+		{"istiodcert", k.IstiodCert, 7},
 	}
 	limiters := map[flowcontrol.RateLimiter]string{}
 	for _, tt := range tests {
@@ -82,18 +80,5 @@ func TestKubeClients(t *testing.T) {
 				t.Errorf("user agents %q, want %q", agents, want)
 			}
 		})
-	}
-}
-
-// TestNoKubeConfiguration: outside a cluster and without a kubeconfig the
-// error says what to give, not client-go's KUBERNETES_MASTER hint.
-func TestNoKubeConfiguration(t *testing.T) {
-	t.Setenv("KUBERNETES_SERVICE_HOST", "")
-	t.Setenv("KUBERNETES_SERVICE_PORT", "")
-	t.Setenv("KUBECONFIG", "")
-	t.Setenv("HOME", t.TempDir())
-	_, err := newKubeClients(serveConfig{KubeQPS: 1, KubeBurst: 1})
-	if !errors.Is(err, errUsage) || !strings.Contains(err.Error(), "--kubeconfig") || strings.Contains(err.Error(), "KUBERNETES_MASTER") {
-		t.Fatalf("newKubeClients = %v; want a usage error naming --kubeconfig", err)
 	}
 }

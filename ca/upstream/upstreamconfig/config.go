@@ -1,4 +1,4 @@
-package main
+package upstreamconfig
 
 import (
 	"crypto/x509"
@@ -14,13 +14,11 @@ import (
 	"github.com/workload-ca/workload-ca/ca/upstream"
 	"github.com/workload-ca/workload-ca/ca/upstream/certmanager"
 	"github.com/workload-ca/workload-ca/ca/upstream/vault"
-	"github.com/workload-ca/workload-ca/metrics"
 )
 
-// upstreamFile is the YAML of --ca-upstream-config: the upstream CA that
-// issues the CA's intermediates (exactly one kind), and how the CA treats
-// it.
-type upstreamFile struct {
+// file is the YAML of --ca-upstream-config: the upstream CA that issues
+// the CA's intermediates (exactly one kind), and how the CA treats it.
+type file struct {
 	// Vault is a Vault or OpenBao PKI secrets engine.
 	Vault *vaultFile `json:"vault,omitempty"`
 	// CertManager is a cert-manager Issuer or ClusterIssuer.
@@ -68,10 +66,10 @@ type certManagerFile struct {
 	Namespace string `json:"namespace,omitempty"`
 }
 
-// upstreamConfig is --ca-upstream-config, loaded and checked.
-type upstreamConfig struct {
+// Config is --ca-upstream-config, loaded and checked.
+type Config struct {
 	Vault *vault.Config
-	// CertManager's Client is set when the CA is wired.
+	// CertManager's Client is set when the Minter is built.
 	CertManager     *certmanager.Config
 	NameConstraints bool
 	Timeout         time.Duration
@@ -81,18 +79,18 @@ type upstreamConfig struct {
 	AllowAnchorChange bool
 }
 
-// loadUpstream reads and checks --ca-upstream-config; namespace is the CA
-// Secret's, where CertificateRequests go by default.
-func loadUpstream(path, namespace string) (*upstreamConfig, error) {
+// Load reads and checks the file at path; namespace is the CA Secret's,
+// where CertificateRequests go by default. Every problem is reported.
+func Load(path, namespace string) (*Config, error) {
 	raw, err := os.ReadFile(filepath.Clean(path))
 	if err != nil {
 		return nil, err
 	}
-	var f upstreamFile
+	var f file
 	if err := yaml.UnmarshalStrict(raw, &f); err != nil {
 		return nil, err
 	}
-	out := &upstreamConfig{NameConstraints: f.NameConstraints, Timeout: time.Minute, ReadyMargin: time.Hour,
+	out := &Config{NameConstraints: f.NameConstraints, Timeout: time.Minute, ReadyMargin: time.Hour,
 		AllowAnchorChange: f.AllowAnchorChange}
 	if f.Timeout != nil {
 		out.Timeout = f.Timeout.Duration
@@ -104,16 +102,34 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 	if out.Timeout <= 0 || out.ReadyMargin < 0 {
 		errs = append(errs, errors.New("timeout must be positive and readyMargin not negative"))
 	}
-	if f.TrustAnchorFile != "" {
-		anchors, err := loadTrustAnchors(f.TrustAnchorFile)
-		if err != nil {
-			errs = append(errs, err)
-		}
-		out.TrustAnchors = anchors
-		if f.AllowAnchorChange {
-			errs = append(errs, errors.New("allowAnchorChange with trustAnchorFile: the pinned anchors decide which changes are adopted; drop one"))
-		}
+	errs = append(errs, out.pin(f)...)
+	errs = append(errs, out.upstream(f, namespace)...)
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
+	return out, nil
+}
+
+// pin reads the anchors of trustAnchorFile, if any.
+func (c *Config) pin(f file) []error {
+	if f.TrustAnchorFile == "" {
+		return nil
+	}
+	var errs []error
+	anchors, err := loadTrustAnchors(f.TrustAnchorFile)
+	if err != nil {
+		errs = append(errs, err)
+	}
+	c.TrustAnchors = anchors
+	if f.AllowAnchorChange {
+		errs = append(errs, errors.New("allowAnchorChange with trustAnchorFile: the pinned anchors decide which changes are adopted; drop one"))
+	}
+	return errs
+}
+
+// upstream checks the one upstream the file names.
+func (c *Config) upstream(f file, namespace string) []error {
+	var errs []error
 	switch v, cm := f.Vault, f.CertManager; {
 	case (v == nil) == (cm == nil):
 		errs = append(errs, errors.New("name exactly one upstream: vault or certManager"))
@@ -127,7 +143,7 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 		if err != nil {
 			errs = append(errs, err)
 		}
-		out.CertManager = &cc
+		c.CertManager = &cc
 	default:
 		vc := vault.Config{Address: v.Address, CAFile: v.CAFile, Namespace: v.Namespace, Mount: v.Mount,
 			Issuer: v.Issuer, TokenFile: v.TokenFile}
@@ -143,12 +159,9 @@ func loadUpstream(path, namespace string) (*upstreamConfig, error) {
 		if _, err := vault.New(vc); err != nil {
 			errs = append(errs, err)
 		}
-		out.Vault = &vc
+		c.Vault = &vc
 	}
-	if err := errors.Join(errs...); err != nil {
-		return nil, err
-	}
-	return out, nil
+	return errs
 }
 
 // loadTrustAnchors reads trustAnchorFile: PEM CA certificates only.
@@ -170,52 +183,17 @@ func loadTrustAnchors(path string) ([]*x509.Certificate, error) {
 	return certs, nil
 }
 
-// describe names the upstream in logs and in serve --validate.
-func (u *upstreamConfig) describe() string {
+// Describe names the upstream in logs and in serve --validate.
+func (c *Config) Describe() string {
 	anchors := "anchor pinned by the CA Secret's state"
 	switch {
-	case len(u.TrustAnchors) > 0:
-		anchors = fmt.Sprintf("%d pinned anchor(s)", len(u.TrustAnchors))
-	case u.AllowAnchorChange:
+	case len(c.TrustAnchors) > 0:
+		anchors = fmt.Sprintf("%d pinned anchor(s)", len(c.TrustAnchors))
+	case c.AllowAnchorChange:
 		anchors = "anchor changes allowed"
 	}
-	if c := u.CertManager; c != nil {
-		return fmt.Sprintf("cert-manager %s %s (CertificateRequests in %s; %s)", c.IssuerKind, c.IssuerName, c.Namespace, anchors)
+	if cm := c.CertManager; cm != nil {
+		return fmt.Sprintf("cert-manager %s %s (CertificateRequests in %s; %s)", cm.IssuerKind, cm.IssuerName, cm.Namespace, anchors)
 	}
-	return fmt.Sprintf("Vault PKI %s/%s (%s)", u.Vault.Address, u.Vault.Mount, anchors)
-}
-
-// minter returns the Minter of the configured upstream.
-func (a *app) upstreamMinter() (*upstream.Minter, error) {
-	u := a.cfg.Upstream
-	var auth upstream.Authority
-	var err error
-	if u.CertManager != nil {
-		cc := *u.CertManager
-		cc.Client, cc.Logger = a.kube.upstream, a.log.With("component", "upstream")
-		auth, err = certmanager.New(cc)
-	} else {
-		auth, err = vault.New(*u.Vault)
-	}
-	if err != nil {
-		return nil, err
-	}
-	obs := metrics.WatchUpstream(a.reg, time.Now, func() (time.Time, bool) {
-		if a.source == nil {
-			return time.Time{}, false
-		}
-		return a.source.SuccessorMissing()
-	})
-	// The anchors of the Secret's state: before the source is open, the
-	// first intermediate is being made and there are none.
-	current := func() []*x509.Certificate {
-		if a.source == nil {
-			return nil
-		}
-		return a.source.Anchors()
-	}
-	return upstream.New(upstream.Config{Authority: auth, TrustDomain: a.cfg.TrustDomain, KeyType: a.cfg.CAKeyType,
-		Lifetime: a.cfg.CATTL, NameConstraints: u.NameConstraints, AnyPathLength: u.CertManager != nil, Timeout: u.Timeout, Observer: obs,
-		TrustAnchors: u.TrustAnchors, AllowAnchorChange: u.AllowAnchorChange, Current: current,
-		Logger: a.log.With("component", "upstream", "upstream", u.describe())})
+	return fmt.Sprintf("Vault PKI %s/%s (%s)", c.Vault.Address, c.Vault.Mount, anchors)
 }

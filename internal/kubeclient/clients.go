@@ -1,6 +1,7 @@
-package main
+package kubeclient
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"time"
@@ -13,7 +14,7 @@ import (
 	"k8s.io/client-go/util/flowcontrol"
 )
 
-// kubeClients are the CA's Kubernetes clients, one per kind of work, each
+// Clients are the CA's Kubernetes clients, one per kind of work, each
 // with a client-side rate limit of its own, as kube-controller-manager
 // gives each controller and its leader election a client: a storm of
 // TokenReviews must not hold a lease renewal past its deadline, nor a
@@ -22,28 +23,28 @@ import (
 // connections (client-go shares one transport between configurations that
 // differ only in rate limit and user agent), except leader election's,
 // which has a connection of its own.
-type kubeClients struct {
-	// reviews makes the request path's TokenReviews, which the reviewer
-	// paces itself (its client has no rate limit of its own); pods its pod
-	// index (watch and live lookups), accounts the service account index.
+type Clients struct {
+	// Reviews makes the request path's TokenReviews, which the reviewer
+	// paces itself (its client has no rate limit of its own); Pods its pod
+	// index (watch and live lookups), Accounts the service account index.
 	// Apart, a flood of never-seen tokens, each a TokenReview, cannot hold
 	// up the pod lookups.
-	reviews, pods, accounts kubernetes.Interface
-	// leader renews the leader election Lease.
-	leader kubernetes.Interface
+	Reviews, Pods, Accounts kubernetes.Interface
+	// Leader renews the leader election Lease.
+	Leader kubernetes.Interface
 	// The writers: the CA Secret, ClusterTrustBundles, root ConfigMaps,
 	// PodCertificateRequests, istiod's certificate Secret.
-	caState, bundles, rootConfigMaps, podCerts, istiodCert kubernetes.Interface
-	// remoteSecrets watches the Secrets of remote clusters.
-	remoteSecrets kubernetes.Interface
-	// upstream writes the CertificateRequests of a cert-manager upstream.
-	upstream dynamic.Interface
-	// policies reads the IssuancePolicies and writes their status; labels
-	// lists the namespaces' and nodes' labels for them; policyChecks
+	CAState, Bundles, RootConfigMaps, PodCerts, IstiodCert kubernetes.Interface
+	// RemoteSecrets watches the Secrets of remote clusters.
+	RemoteSecrets kubernetes.Interface
+	// Upstream writes the CertificateRequests of a cert-manager upstream.
+	Upstream dynamic.Interface
+	// Policies reads the IssuancePolicies and writes their status; Labels
+	// lists the namespaces' and nodes' labels for them; PolicyChecks
 	// checks the permissions they need.
-	policies     dynamic.Interface
-	labels       metadata.Interface
-	policyChecks kubernetes.Interface
+	Policies     dynamic.Interface
+	Labels       metadata.Interface
+	PolicyChecks kubernetes.Interface
 }
 
 // Leader election's own rate limit, independent of --kube-api-qps: a
@@ -53,37 +54,29 @@ const (
 	leaderBurst = 10
 )
 
-// newKubeClients builds the clients from a kubeconfig file, or in-cluster.
-// Their rate limits are ours to set: client-go's default (5/s) would
-// throttle TokenReviews during a cold-start storm.
-func newKubeClients(cfg serveConfig) (*kubeClients, error) {
-	base, err := loadRESTConfig(cfg.Kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	return kubeClientsFor(base, float32(cfg.KubeQPS), cfg.KubeBurst)
-}
+// ErrNoConfig is returned when there is no configuration to load.
+var ErrNoConfig = errors.New("no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given")
 
-// loadRESTConfig reads the kubeconfig file path, KUBECONFIG's, or the
-// in-cluster configuration.
-func loadRESTConfig(path string) (*rest.Config, error) {
+// LoadConfig reads the kubeconfig file path, KUBECONFIG's, or the
+// in-cluster configuration; its clients name themselves userAgent.
+func LoadConfig(path, userAgent string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	rules.ExplicitPath = path
 	base, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{}).ClientConfig()
 	if clientcmd.IsEmptyConfig(err) {
-		return nil, fmt.Errorf("%w: no Kubernetes configuration: not running in a cluster, and no --kubeconfig (or KUBECONFIG) given", errUsage)
+		return nil, ErrNoConfig
 	}
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client: %w", err)
 	}
-	base.UserAgent = "workload-ca/" + version
+	base.UserAgent = userAgent
 	return base, nil
 }
 
-// kubeClientsFor builds the clients from base, with qps and burst for each
-// informer and writer; the TokenReviews are paced by the reviewer.
-func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, error) {
-	k := &kubeClients{}
+// For builds the clients from base, with qps and burst for each informer
+// and writer; the TokenReviews are paced by the reviewer.
+func For(base *rest.Config, qps float32, burst int) (*Clients, error) {
+	k := &Clients{}
 	for _, c := range []struct {
 		work   string
 		client *kubernetes.Interface
@@ -92,17 +85,17 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 		// ownConn gives the client a connection of its own.
 		ownConn bool
 	}{
-		{"tokenreview", &k.reviews, 0, 0, false},
-		{"podindex", &k.pods, qps, burst, false},
-		{"saindex", &k.accounts, qps, burst, false},
-		{"leader-election", &k.leader, leaderQPS, leaderBurst, true},
-		{"ca-state", &k.caState, qps, burst, false},
-		{"trustbundle", &k.bundles, qps, burst, false},
-		{"rootconfigmap", &k.rootConfigMaps, qps, burst, false},
-		{"podcert", &k.podCerts, qps, burst, false},
-		{"istiodcert", &k.istiodCert, qps, burst, false},
-		{"remotesecrets", &k.remoteSecrets, qps, burst, false},
-		{"policy", &k.policyChecks, qps, burst, false},
+		{"tokenreview", &k.Reviews, 0, 0, false},
+		{"podindex", &k.Pods, qps, burst, false},
+		{"saindex", &k.Accounts, qps, burst, false},
+		{"leader-election", &k.Leader, leaderQPS, leaderBurst, true},
+		{"ca-state", &k.CAState, qps, burst, false},
+		{"trustbundle", &k.Bundles, qps, burst, false},
+		{"rootconfigmap", &k.RootConfigMaps, qps, burst, false},
+		{"podcert", &k.PodCerts, qps, burst, false},
+		{"istiodcert", &k.IstiodCert, qps, burst, false},
+		{"remotesecrets", &k.RemoteSecrets, qps, burst, false},
+		{"policy", &k.PolicyChecks, qps, burst, false},
 	} {
 		cfg := rest.CopyConfig(base)
 		cfg.UserAgent += " (" + c.work + ")"
@@ -129,14 +122,14 @@ func kubeClientsFor(base *rest.Config, qps float32, burst int) (*kubeClients, er
 	if err != nil {
 		return nil, fmt.Errorf("kubernetes client for upstream: %w", err)
 	}
-	k.upstream = dyn
+	k.Upstream = dyn
 	cfg = rest.CopyConfig(base)
 	cfg.UserAgent += " (policy)"
 	cfg.QPS, cfg.Burst, cfg.RateLimiter = qps, burst, nil
-	if k.policies, err = dynamic.NewForConfig(cfg); err != nil {
+	if k.Policies, err = dynamic.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client for policy: %w", err)
 	}
-	if k.labels, err = metadata.NewForConfig(cfg); err != nil {
+	if k.Labels, err = metadata.NewForConfig(cfg); err != nil {
 		return nil, fmt.Errorf("kubernetes client for policy: %w", err)
 	}
 	return k, nil

@@ -1,8 +1,8 @@
 //go:build !nocloudkms
 
-package main
+package kmstypes
 
-// The cloud KMSes --ca-key-uri accepts: awskms:, azurekms: and cloudkms:.
+// The cloud KMSes a key URI may name: awskms:, azurekms: and cloudkms:.
 // Their SDKs are a quarter of the binary's packages. The race-enabled unit
 // tests build without them (-tags nocloudkms): no unit test opens a cloud
 // key, and compiling the SDKs once more, with -race, costs about a minute

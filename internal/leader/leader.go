@@ -1,4 +1,4 @@
-package main
+package leader
 
 import (
 	"context"
@@ -17,38 +17,61 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
-// leaderTask is work only the leader does (publishing trust bundles,
-// driving rotation). It runs until ctx ends; an error restarts it after a
-// backoff while this replica still leads.
-type leaderTask struct {
-	name string
-	run  func(ctx context.Context) error
+// Task is work only the leader does (publishing trust bundles, driving
+// rotation). It runs until ctx ends; an error restarts it after a backoff
+// while this replica still leads.
+type Task struct {
+	Name string
+	Run  func(ctx context.Context) error
 }
 
-// leader runs the writers under a Lease so that, of several replicas, one
-// writes at a time while every replica keeps serving certificates.
-type leader struct {
+// Durations are the Lease's timings, as client-go's leader election takes
+// them.
+type Durations struct{ Lease, Renew, Retry time.Duration }
+
+// Config configures an Elector.
+type Config struct {
+	// Client writes the Lease Namespace/Name.
+	Client          kubernetes.Interface
+	Namespace, Name string
+	Durations       Durations
+	Tasks           []Task
+	Logger          *slog.Logger
+	// OnChange, if set, is told when this replica starts or stops leading.
+	OnChange func(leading bool)
+	// Identity names this replica in the Lease (default: the host name
+	// and a random suffix).
+	Identity string
+}
+
+// Elector runs the writers under a Lease so that, of several replicas,
+// one writes at a time while every replica keeps serving certificates.
+type Elector struct {
 	client    kubernetes.Interface
 	namespace string
 	name      string
 	identity  string
-	tasks     []leaderTask
+	tasks     []Task
 	log       *slog.Logger
-	durations leaseDurations
-	// onChange, if set, is told when this replica starts or stops leading.
-	onChange func(leading bool)
+	durations Durations
+	onChange  func(leading bool)
 }
 
-type leaseDurations struct{ lease, renew, retry time.Duration }
-
-func newLeader(client kubernetes.Interface, namespace, name string, d leaseDurations, log *slog.Logger, tasks ...leaderTask) *leader {
-	host, _ := os.Hostname()
-	return &leader{client: client, namespace: namespace, name: name, identity: host + "_" + rand.String(8),
-		tasks: tasks, log: log, durations: d}
+// New returns an Elector; nothing is written until Run.
+func New(cfg Config) *Elector {
+	if cfg.Identity == "" {
+		host, _ := os.Hostname()
+		cfg.Identity = host + "_" + rand.String(8)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Elector{client: cfg.Client, namespace: cfg.Namespace, name: cfg.Name, identity: cfg.Identity,
+		tasks: cfg.Tasks, log: cfg.Logger, durations: cfg.Durations, onChange: cfg.OnChange}
 }
 
 // Run campaigns until ctx ends, campaigning again after losing the lease.
-func (l *leader) Run(ctx context.Context) error {
+func (l *Elector) Run(ctx context.Context) error {
 	lock := &resourcelock.LeaseLock{
 		LeaseMeta:  metav1.ObjectMeta{Namespace: l.namespace, Name: l.name},
 		Client:     l.client.CoordinationV1(),
@@ -72,7 +95,7 @@ func (l *leader) Run(ctx context.Context) error {
 // tasks still write. So the elector's lock holds the release until the
 // tasks have returned (releaseAfter), and the next campaign waits for them
 // too (a lost lease is not always released).
-func (l *leader) campaign(ctx context.Context, lock resourcelock.Interface) error {
+func (l *Elector) campaign(ctx context.Context, lock resourcelock.Interface) error {
 	var (
 		mu          sync.Mutex
 		stopping    bool
@@ -91,7 +114,7 @@ func (l *leader) campaign(ctx context.Context, lock resourcelock.Interface) erro
 	}
 	elector, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock: releaseAfter{Interface: lock, stop: stopTasks}, Name: l.name, ReleaseOnCancel: true,
-		LeaseDuration: l.durations.lease, RenewDeadline: l.durations.renew, RetryPeriod: l.durations.retry,
+		LeaseDuration: l.durations.Lease, RenewDeadline: l.durations.Renew, RetryPeriod: l.durations.Retry,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(leading context.Context) {
 				tasks, cancel := context.WithCancel(leading)
@@ -152,7 +175,7 @@ func (l releaseAfter) Update(ctx context.Context, rec resourcelock.LeaderElectio
 }
 
 // lead runs every task until leadership ends.
-func (l *leader) lead(ctx context.Context) {
+func (l *Elector) lead(ctx context.Context) {
 	l.setLeading(true)
 	l.log.Info("started leading", "identity", l.identity)
 	g, ctx := errgroup.WithContext(ctx)
@@ -160,12 +183,12 @@ func (l *leader) lead(ctx context.Context) {
 		g.Go(func() error {
 			backoff := wait.Backoff{Duration: time.Second, Factor: 2, Jitter: 0.2, Steps: 8, Cap: time.Minute}
 			for ctx.Err() == nil {
-				err := t.run(ctx)
+				err := t.Run(ctx)
 				if ctx.Err() != nil {
 					return nil
 				}
 				d := backoff.Step()
-				l.log.Error("leader task failed; retrying", "task", t.name, "error", fmt.Sprint(err), "retry_in", d)
+				l.log.Error("leader task failed; retrying", "task", t.Name, "error", fmt.Sprint(err), "retry_in", d)
 				select {
 				case <-ctx.Done():
 				case <-time.After(d):
@@ -177,7 +200,7 @@ func (l *leader) lead(ctx context.Context) {
 	_ = g.Wait()
 }
 
-func (l *leader) setLeading(v bool) {
+func (l *Elector) setLeading(v bool) {
 	if l.onChange != nil {
 		l.onChange(v)
 	}
