@@ -159,8 +159,9 @@ func (d *Door) decide(ctx context.Context, r *Request, rule Rule, v *Verdict) (g
 				Message: fmt.Sprintf("it caps the lifetime at %v, under the %v the %s door must hand out", v.MaxTTL, r.MinValidity, d.name)}
 		}
 	}
+	maxTTL := v.MaxTTL // not v itself: the closure escapes, and would take v with it
 	sign := func() (err error) {
-		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: r.MaxValidity, MaxTTL: v.MaxTTL})
+		issued, err = d.p.signer.Sign(ctx, ca.Request{CSR: r.CSR, ID: granted, TTL: r.TTL, MaxValidity: r.MaxValidity, MaxTTL: maxTTL})
 		return err
 	}
 	if r.Admit != nil {
@@ -210,27 +211,7 @@ func (d *Door) record(ctx context.Context, r *Request, granted spiffeid.ID, v *V
 			result: o.Result, reason: o.Reason, code: d.answer(o, answered)}, p.clock.Now(), err.Error())
 		return nil
 	}
-	attrs := make([]slog.Attr, 0, 16)
-	attrs = append(attrs,
-		slog.String("door", d.name),
-		slog.String("decision", o.Result),
-		slog.String("caller", caller),
-		slog.String("pod", r.Caller.PodName),
-		slog.String("node", r.Caller.NodeName),
-		slog.Float64("took_seconds", took.Seconds()))
-	if r.CallerKind != "" {
-		attrs = append(attrs, slog.String("caller_kind", string(r.CallerKind)))
-	}
-	if r.Cluster != "" {
-		attrs = append(attrs, slog.String("cluster", r.Cluster))
-	}
-	if r.Object != "" {
-		attrs = append(attrs, slog.String("object", r.Object))
-	}
-	if !r.Requested.IsZero() {
-		attrs = append(attrs, slog.String("requested", Clip(r.Requested.String(), maxRecordedID)))
-	}
-	attrs = appendPolicy(attrs, v, err)
+	attrs := d.attrs(r, o, v, took, err)
 	if err != nil {
 		if o.Reason != "" {
 			attrs = append(attrs, slog.String("reason", o.Reason))
@@ -270,14 +251,44 @@ func (d *Door) count(r *Request, o Outcome, took time.Duration) {
 	}
 }
 
+// attrs are what every record of r says: who asked, at which door, in
+// which cluster, for what, and what the policies decided.
+func (d *Door) attrs(r *Request, o Outcome, v *Verdict, took time.Duration, err error) []slog.Attr {
+	caller := r.Caller.Namespace + "/" + r.Caller.ServiceAccount
+	attrs := make([]slog.Attr, 0, 16)
+	attrs = append(attrs,
+		slog.String("door", d.name),
+		slog.String("decision", o.Result),
+		slog.String("caller", caller),
+		slog.String("pod", r.Caller.PodName),
+		slog.String("node", r.Caller.NodeName),
+		slog.Float64("took_seconds", took.Seconds()))
+	if r.CallerKind != "" {
+		attrs = append(attrs, slog.String("caller_kind", string(r.CallerKind)))
+	}
+	if r.Cluster != "" {
+		attrs = append(attrs, slog.String("cluster", r.Cluster))
+	}
+	if r.Object != "" {
+		attrs = append(attrs, slog.String("object", r.Object))
+	}
+	if !r.Requested.IsZero() {
+		attrs = append(attrs, slog.String("requested", Clip(r.Requested.String(), maxRecordedID)))
+	}
+	return appendPolicy(attrs, v, err)
+}
+
 // appendPolicy adds what issuance policies decided of a request to its
 // record: the policy that refused it, or those that lowered its lifetime,
 // and those that would have refused it were they not in dry-run mode.
 func appendPolicy(attrs []slog.Attr, v *Verdict, err error) []slog.Attr {
-	var pe *PolicyError
+	if err != nil {
+		if pe := (*PolicyError)(nil); errors.As(err, &pe) {
+			attrs = append(attrs, slog.String("policy", pe.Policy))
+		}
+	}
 	switch {
-	case errors.As(err, &pe):
-		attrs = append(attrs, slog.String("policy", pe.Policy))
+	case err != nil:
 	case v != nil && len(v.Lowered) > 0:
 		attrs = append(attrs, slog.String("policy", strings.Join(v.Lowered, ",")))
 	}

@@ -52,14 +52,17 @@ type Outcome struct {
 // nil, the caller went away or its deadline passed: that, not the step it
 // cut short, is the outcome.
 func Classify(ctx context.Context, err error) Outcome {
-	if err != nil && ctx.Err() != nil {
+	if err == nil {
+		// Before the targets of errors.As below, which escape: an
+		// issuance allocates nothing here.
+		return Outcome{Result: ResultIssued}
+	}
+	if ctx.Err() != nil {
 		err = ctx.Err()
 	}
 	var deny *authz.DenyError
 	var policy *PolicyError
 	switch {
-	case err == nil:
-		return Outcome{Result: ResultIssued}
 	case errors.Is(err, authz.ErrUnauthenticated):
 		return Outcome{Result: ResultUnauthenticated}
 	case errors.As(err, &policy):
