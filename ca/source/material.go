@@ -38,13 +38,13 @@ type Wiring struct {
 // (the directory it belongs to may be reloaded, the key is not), and the
 // material from the Secret or the directory. closeKey releases the key.
 func (o *Options) Open(ctx context.Context, w Wiring) (s *Source, closeKey func(), err error) {
-	key, closeKey, err := o.openKey(ctx, w.Logger)
+	key, release, err := o.openKey(ctx, w.Logger)
 	if err != nil {
 		return nil, nil, err
 	}
 	defer func() {
 		if err != nil {
-			closeKey()
+			release() // not closeKey: a failed return has set it to nil
 		}
 	}()
 	cfg := Config{Authority: o.authority(), Dir: o.Dir, RootDir: o.RootDir, Key: key, KeyType: o.KeyType,
@@ -66,7 +66,7 @@ func (o *Options) Open(ctx context.Context, w Wiring) (s *Source, closeKey func(
 	if opened, err = Open(ctx, cfg); err != nil {
 		return nil, nil, err
 	}
-	return opened, closeKey, nil
+	return opened, release, nil
 }
 
 // openKey opens the key of --ca-key-uri; nil when the key is a file in

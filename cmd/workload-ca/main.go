@@ -9,6 +9,8 @@ import (
 	"os/signal"
 	"syscall"
 
+	// The KMS and HSM types --ca-key-uri may name.
+	_ "github.com/workload-ca/workload-ca/ca/keystore/kmstypes"
 	"github.com/workload-ca/workload-ca/internal/gcdefault"
 )
 
