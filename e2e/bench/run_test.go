@@ -21,7 +21,8 @@ func TestBenchRuns(t *testing.T) {
 	out := filepath.Join(t.TempDir(), "bench-results.json")
 	code := mainCode(t.Context(), []string{"--out", out, "--podindex=false",
 		"--ztunnels", "4", "--identities", "3", "--storm-ztunnels", "4", "--storm-identities", "3",
-		"--duration", "2s", "--warmup", "500ms", "--half-warmup", "500ms", "--floor-time", "300ms", "--two-cluster-rounds", "1", "--upstream-rounds", "1"})
+		"--duration", "2s", "--warmup", "500ms", "--half-warmup", "500ms", "--floor-time", "300ms", "--two-cluster-rounds", "1", "--upstream-rounds", "1",
+		"--policy-rounds", "1", "--policy-crd", "../../deploy/charts/workload-ca/crds/workload-ca.io_issuancepolicies.yaml"})
 	if code != 0 {
 		t.Fatalf("bench exited %d", code)
 	}
@@ -38,6 +39,7 @@ func TestBenchRuns(t *testing.T) {
 		"p99_ms_at_half_rate", "storm_distinct_tokens", "start_to_ready_seconds",
 		"half_rate_certs_per_sec", "service_p99_ms_at_half_rate", "idle_bytes_per_connection",
 		"two_cluster_certs_per_sec", "two_cluster_one_cluster_certs_per_sec", "two_cluster_rate_ratio",
+		"policies_0_certs_per_sec", "policies_50_certs_per_sec", "policies_50_rate_ratio",
 		"upstream_certs_per_sec", "upstream_local_root_certs_per_sec", "upstream_rate_ratio",
 	} {
 		if v, ok := res[key].(float64); !ok || v <= 0 {
