@@ -9,6 +9,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
+	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/ext"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -91,6 +92,11 @@ type program struct {
 	source  string // the field, for messages: validations[2]
 	message string
 	prg     cel.Program
+	// maxCost is the most an evaluation can cost, when it is known at
+	// compile time (then the program tracks no cost as it runs: that
+	// tracking costs more than most expressions); zero when it is not,
+	// and the program stops itself at MaxCost.
+	maxCost uint64
 }
 
 // Compile compiles p. It never fails: a policy that does not compile
@@ -159,12 +165,60 @@ func (c *Compiler) program(source, expr string, want *cel.Type) (program, error)
 	if !ast.OutputType().IsExactType(want) {
 		return p, fmt.Errorf("%s: yields %s, not %s", source, ast.OutputType(), want)
 	}
-	prg, err := c.env.Program(ast, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100), cel.EvalOptions(cel.OptOptimize))
+	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
+	if est, err := c.env.EstimateCost(ast, sizes{}); err == nil && est.Max <= MaxCost {
+		// Bounded whatever the request, given the sizes the API server
+		// and the CA enforce on its inputs (sizes).
+		p.maxCost = max(est.Max, 1)
+	} else {
+		opts = append(opts, cel.CostLimit(MaxCost), cel.InterruptCheckFrequency(100))
+	}
+	prg, err := c.env.Program(ast, opts...)
 	if err != nil {
 		return p, fmt.Errorf("%s: %w", source, err)
 	}
 	p.prg = prg
 	return p, nil
+}
+
+// sizes bounds the inputs of an expression for the estimate of its cost
+// (checker.CostEstimator): the longest strings and largest maps a request
+// can bring, as Kubernetes and the CA validate them. Names are DNS
+// subdomains (253) or labels (63); the identity granted is
+// spiffe://<trust domain>/ns/<namespace>/sa/<service account>; a label key
+// is at most 317 bytes, a value 63, and an object (its labels) 1.5 MiB.
+type sizes struct{}
+
+func (sizes) EstimateSize(n checker.AstNode) *checker.SizeEstimate {
+	path := n.Path()
+	if len(path) == 0 {
+		return nil
+	}
+	bound := func(m uint64) *checker.SizeEstimate { return &checker.SizeEstimate{Min: 0, Max: m} }
+	switch path[0] {
+	case "door", "callerKind", "credential":
+		return bound(16)
+	case "identityNamespace", "callerNamespace":
+		return bound(63)
+	case "cluster", "callerServiceAccount", "identityServiceAccount", "pod", "node", "trustDomain":
+		return bound(255)
+	case "identity":
+		return bound(uint64(len("spiffe:///ns//sa/") + 255 + 63 + 253))
+	case "namespaceLabels", "nodeLabels":
+		switch {
+		case len(path) == 1:
+			return bound(1 << 20) // entries: 1.5 MiB holds fewer
+		case path[1] == "@keys":
+			return bound(317)
+		case path[1] == "@values":
+			return bound(63)
+		}
+	}
+	return nil
+}
+
+func (sizes) EstimateCallCost(string, string, *checker.AstNode, []checker.AstNode) *checker.CallEstimate {
+	return nil
 }
 
 // checkMatch checks Match's lists: bounded, known doors, well-formed

@@ -78,3 +78,28 @@ func FuzzCompile(f *testing.F) {
 		_, _ = set.Decide(t.Context(), "grpc", r, id)
 	})
 }
+
+// An expression whose cost is bounded whatever the request runs without
+// tracking its cost (which costs more than such an expression); one that
+// is not is stopped at MaxCost as it runs.
+func TestCostEstimate(t *testing.T) {
+	c, _ := NewCompiler()
+	for _, tt := range []struct {
+		expr    string
+		tracked bool
+	}{
+		{"identityServiceAccount != 'default'", false},
+		{"nodeLabels[?'pool'].orValue('') == 'tenant-a' && callerKind != 'workload'", false},
+		{"identity.startsWith('spiffe://cluster.local/ns/payments/')", false},
+		{"namespaceLabels.all(k, k.startsWith('team'))", true},
+		{"namespaceLabels.exists(k, namespaceLabels.exists(j, k + j == 'ab'))", true},
+	} {
+		p := c.Compile(pol("p", Spec{Validations: []Validation{{Expression: tt.expr}}}))
+		if p.Err != nil {
+			t.Fatalf("%s: %v", tt.expr, p.Err)
+		}
+		if tracked := p.validations[0].maxCost == 0; tracked != tt.tracked {
+			t.Errorf("%s: cost tracked %v (bound %d), want %v", tt.expr, tracked, p.validations[0].maxCost, tt.tracked)
+		}
+	}
+}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/common/types"
 	"github.com/google/cel-go/common/types/ref"
 	"github.com/google/cel-go/interpreter"
@@ -370,9 +371,18 @@ func (in *input) eval(ctx context.Context, p program) (any, error) {
 		return nil, errRequestCost
 	}
 	in.lookupErr = nil
-	out, det, err := p.prg.ContextEval(ctx, in)
-	if det != nil && det.ActualCost() != nil {
-		in.cost += *det.ActualCost()
+	var out ref.Val
+	var err error
+	if p.maxCost > 0 {
+		// Bounded: no context to watch, no cost to track.
+		out, _, err = p.prg.Eval(in)
+		in.cost += p.maxCost
+	} else {
+		var det *cel.EvalDetails
+		out, det, err = p.prg.ContextEval(ctx, in)
+		if det != nil && det.ActualCost() != nil {
+			in.cost += *det.ActualCost()
+		}
 	}
 	if err != nil {
 		return nil, err
