@@ -61,7 +61,7 @@ func (d *disk) records(t *testing.T) []map[string]any {
 	return out
 }
 
-func csr(t *testing.T) *x509.CertificateRequest {
+func csr(t testing.TB) *x509.CertificateRequest {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -278,6 +278,7 @@ type input struct {
 
 	nsLabels, nodeLabels ref.Val
 	nsSet                labels.Set
+	nsLoaded             bool
 	// lookupErr is why labels the expression being evaluated read are
 	// not known.
 	lookupErr error
@@ -350,18 +351,14 @@ func (in *input) lookup(cached *ref.Val, get func() (map[string]string, error)) 
 // namespaceLabels is the labels of the identity's namespace, for a
 // namespace selector.
 func (in *input) namespaceLabels() (labels.Set, error) {
-	if in.nsSet != nil {
-		return in.nsSet, nil
-	}
-	if in.ns == "" {
-		in.nsSet = labels.Set{} // not a namespace's identity: in none
+	if in.nsLoaded || in.ns == "" { // no namespace: an identity in none
 		return in.nsSet, nil
 	}
 	m, err := in.labels.NamespaceLabels(in.r.Cluster, in.ns)
 	if err != nil {
 		return nil, err
 	}
-	in.nsSet = labels.Set(m)
+	in.nsSet, in.nsLoaded = labels.Set(m), true // nil if it has none
 	return in.nsSet, nil
 }
 

@@ -184,3 +184,37 @@ func TestTally(t *testing.T) {
 		t.Errorf("second Take() = %v, want nothing", again)
 	}
 }
+
+// countingLabels counts the lookups of a namespace that has no labels.
+type countingLabels struct{ namespaces, nodes int }
+
+func (c *countingLabels) NamespaceLabels(string, string) (map[string]string, error) {
+	c.namespaces++
+	return nil, nil
+}
+
+func (c *countingLabels) NodeLabels(string, string) (map[string]string, error) {
+	c.nodes++
+	return nil, nil
+}
+
+// A request looks up its namespace's and node's labels once, however many
+// policies read them, even when there are none.
+func TestLabelsLookedUpOnce(t *testing.T) {
+	c, _ := NewCompiler()
+	var ps []*Compiled
+	for i := range 10 {
+		ps = append(ps, c.Compile(pol(fmt.Sprintf("sel-%d", i), Spec{Match: Match{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"team": "x"}}}})),
+			c.Compile(pol(fmt.Sprintf("cel-%d", i), Spec{Validations: []Validation{{Expression: "!('x' in namespaceLabels) && !('y' in nodeLabels)"}}})))
+	}
+	sortByName(ps)
+	l := &countingLabels{}
+	r, id := req("shop", "api", "node-a", issuance.CallerNodeAgent)
+	if _, err := NewSet(ps, SetConfig{Labels: l, Tally: &Tally{}}).Decide(t.Context(), issuance.DoorGRPC, r, id); err != nil {
+		t.Fatal(err)
+	}
+	if l.namespaces != 2 || l.nodes != 1 {
+		// The selectors' set and the expressions' map are kept apart.
+		t.Errorf("looked up the namespace %d times and the node %d, want 2 and 1", l.namespaces, l.nodes)
+	}
+}

@@ -2,6 +2,7 @@ package watch
 
 import (
 	"fmt"
+	"sync/atomic"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -23,6 +24,10 @@ var (
 type labelIndex struct {
 	cluster           string
 	namespaces, nodes cache.SharedIndexInformer
+	// nsSynced and nodesSynced are set once the informers have listed:
+	// HasSynced takes the informers' queue lock, and a request may look
+	// up labels for every policy.
+	nsSynced, nodesSynced atomic.Bool
 }
 
 func newLabelIndex(client metadata.Interface, cluster string) (*labelIndex, error) {
@@ -51,23 +56,37 @@ func keepLabels(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: m.Name, Labels: m.Labels, ResourceVersion: m.ResourceVersion}}, nil
 }
 
-func (l *labelIndex) synced() bool { return l.namespaces.HasSynced() && l.nodes.HasSynced() }
+func (l *labelIndex) synced() bool {
+	return isSynced(&l.nsSynced, l.namespaces) && isSynced(&l.nodesSynced, l.nodes)
+}
+
+// isSynced is whether inf has listed, remembered in flag once it has.
+func isSynced(flag *atomic.Bool, inf cache.SharedIndexInformer) bool {
+	if flag.Load() {
+		return true
+	}
+	if inf.HasSynced() {
+		flag.Store(true)
+		return true
+	}
+	return false
+}
 
 // NamespaceLabels is a namespace's labels (policy.Labels).
 func (l *labelIndex) NamespaceLabels(cluster, name string) (map[string]string, error) {
-	return l.lookup(l.namespaces, "namespace", cluster, name)
+	return l.lookup(l.namespaces, &l.nsSynced, "namespace", cluster, name)
 }
 
 // NodeLabels is a node's labels (policy.Labels).
 func (l *labelIndex) NodeLabels(cluster, name string) (map[string]string, error) {
-	return l.lookup(l.nodes, "node", cluster, name)
+	return l.lookup(l.nodes, &l.nodesSynced, "node", cluster, name)
 }
 
-func (l *labelIndex) lookup(inf cache.SharedIndexInformer, kind, cluster, name string) (map[string]string, error) {
+func (l *labelIndex) lookup(inf cache.SharedIndexInformer, synced *atomic.Bool, kind, cluster, name string) (map[string]string, error) {
 	if cluster != "" && cluster != l.cluster {
 		return nil, fmt.Errorf("%w: the labels of cluster %q are not watched", issuance.ErrPolicyUnavailable, cluster)
 	}
-	if !inf.HasSynced() {
+	if !isSynced(synced, inf) {
 		return nil, fmt.Errorf("%w: the %s labels are not listed yet", issuance.ErrPolicyUnavailable, kind)
 	}
 	if name == "" {
