@@ -103,13 +103,21 @@ type arm struct {
 	measure func() (rate, errs float64, err error)
 }
 
-// interleave measures each arm once a round, in turn, for rounds rounds,
-// so that every arm sees the same machine conditions; it returns each
-// arm's rates and the errors of all.
+// interleave measures each arm once a round, for rounds rounds, in turn
+// and in the opposite order every other round (ABBA), so that every arm
+// sees the same machine conditions and none always runs first or last (a
+// CA started just after the previous one stopped, or after the objects of
+// an arm were written, is not at its best); it returns each arm's rates
+// and the errors of all.
 func (b *bench) interleave(what string, rounds int, arms ...arm) (rates [][]float64, errs float64, err error) {
 	rates = make([][]float64, len(arms))
 	for round := range rounds {
-		for i, a := range arms {
+		for j := range arms {
+			i := j
+			if round%2 == 1 {
+				i = len(arms) - 1 - j
+			}
+			a := arms[i]
 			rate, failed, err := a.measure()
 			if err != nil {
 				return nil, 0, fmt.Errorf("%s, round %d, %s: %w", what, round+1, a.name, err)
