@@ -35,25 +35,37 @@ const (
 	maxRefusalMessage = 512
 )
 
-// The variables an expression sees: the request, the identity it was
-// granted, and the labels of its namespace and node (looked up only when
-// an expression reads them).
-var variables = []cel.EnvOption{
-	cel.Variable("door", cel.StringType),
-	cel.Variable("cluster", cel.StringType),
-	cel.Variable("callerKind", cel.StringType),
-	cel.Variable("callerNamespace", cel.StringType),
-	cel.Variable("callerServiceAccount", cel.StringType),
-	cel.Variable("credential", cel.StringType),
-	cel.Variable("identity", cel.StringType),
-	cel.Variable("trustDomain", cel.StringType),
-	cel.Variable("identityNamespace", cel.StringType),
-	cel.Variable("identityServiceAccount", cel.StringType),
-	cel.Variable("pod", cel.StringType),
-	cel.Variable("node", cel.StringType),
-	cel.Variable("ttl", cel.DurationType),
-	cel.Variable("namespaceLabels", cel.MapType(cel.StringType, cel.StringType)),
-	cel.Variable("nodeLabels", cel.MapType(cel.StringType, cel.StringType)),
+// scalarVariables are the variables an expression sees of the request and
+// the identity it was granted, with their index in a request's values;
+// the labels of its namespace and node are looked up only when an
+// expression reads them.
+var scalarVariables = [...]string{"door", "cluster", "callerKind", "callerNamespace", "callerServiceAccount",
+	"credential", "identity", "trustDomain", "identityNamespace", "identityServiceAccount", "pod", "node", "ttl"}
+
+// variableIndex is name's index in scalarVariables, or -1.
+func variableIndex(name string) int {
+	for i, v := range scalarVariables {
+		if v == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// variables declares them all to CEL.
+func variables() []cel.EnvOption {
+	opts := []cel.EnvOption{
+		cel.Variable("namespaceLabels", cel.MapType(cel.StringType, cel.StringType)),
+		cel.Variable("nodeLabels", cel.MapType(cel.StringType, cel.StringType)),
+	}
+	for _, name := range scalarVariables {
+		t := cel.StringType
+		if name == "ttl" {
+			t = cel.DurationType
+		}
+		opts = append(opts, cel.Variable(name, t))
+	}
+	return opts
 }
 
 // Compiler compiles policies; one is shared by all of them.
@@ -63,7 +75,7 @@ type Compiler struct {
 
 // NewCompiler returns a compiler.
 func NewCompiler() (*Compiler, error) {
-	opts := append([]cel.EnvOption{ext.Strings(), cel.OptionalTypes()}, variables...)
+	opts := append([]cel.EnvOption{ext.Strings(), cel.OptionalTypes()}, variables()...)
 	env, err := cel.NewEnv(opts...)
 	if err != nil {
 		return nil, fmt.Errorf("policy: CEL environment: %w", err)

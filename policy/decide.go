@@ -248,7 +248,7 @@ func (e *entry) decide(ctx context.Context, in *input, v *issuance.Verdict) (cap
 	if err != nil {
 		return false, in.refusal(e.Name, *e.maxTTL, err)
 	}
-	maxTTL := out.(time.Duration)
+	maxTTL := out.(types.Duration).Duration
 	if maxTTL <= 0 {
 		return false, &issuance.PolicyError{Policy: e.Name, Message: fmt.Sprintf("maxTTL is %v: no certificate is short enough", maxTTL)}
 	}
@@ -277,6 +277,7 @@ type input struct {
 	labels   Labels
 
 	nsLabels, nodeLabels ref.Val
+	vals                 [len(scalarVariables)]ref.Val
 	nsSet                labels.Set
 	nsLoaded             bool
 	// lookupErr is why labels the expression being evaluated read are
@@ -297,40 +298,56 @@ func newInput(door string, r *issuance.Request, granted spiffeid.ID, l Labels, t
 }
 
 // ResolveName gives an expression a variable (interpreter.Activation).
+// Each is made a value once per request (boxing a string allocates), and
+// the labels are looked up when first read.
 func (in *input) ResolveName(name string) (any, bool) {
 	switch name {
-	case "door":
-		return types.String(in.door), true
-	case "cluster":
-		return types.String(in.r.Cluster), true
-	case "callerKind":
-		return types.String(in.r.CallerKind), true
-	case "callerNamespace":
-		return types.String(in.r.Caller.Namespace), true
-	case "callerServiceAccount":
-		return types.String(in.r.Caller.ServiceAccount), true
-	case "credential":
-		return types.String(in.r.Credential), true
-	case "identity":
-		return types.String(in.identity), true
-	case "trustDomain":
-		return types.String(in.td), true
-	case "identityNamespace":
-		return types.String(in.ns), true
-	case "identityServiceAccount":
-		return types.String(in.sa), true
-	case "pod":
-		return types.String(in.r.Caller.PodName), true
-	case "node":
-		return types.String(in.r.Caller.NodeName), true
-	case "ttl":
-		return types.Duration{Duration: in.ttl}, true
 	case "namespaceLabels":
 		return in.lookup(&in.nsLabels, func() (map[string]string, error) { return in.labels.NamespaceLabels(in.r.Cluster, in.ns) })
 	case "nodeLabels":
 		return in.lookup(&in.nodeLabels, func() (map[string]string, error) { return in.labels.NodeLabels(in.r.Cluster, in.r.Caller.NodeName) })
 	}
-	return nil, false
+	i := variableIndex(name)
+	if i < 0 {
+		return nil, false
+	}
+	if in.vals[i] == nil {
+		in.vals[i] = in.value(name)
+	}
+	return in.vals[i], true
+}
+
+// value is the variable name of the request.
+func (in *input) value(name string) ref.Val {
+	switch name {
+	case "door":
+		return types.String(in.door)
+	case "cluster":
+		return types.String(in.r.Cluster)
+	case "callerKind":
+		return types.String(in.r.CallerKind)
+	case "callerNamespace":
+		return types.String(in.r.Caller.Namespace)
+	case "callerServiceAccount":
+		return types.String(in.r.Caller.ServiceAccount)
+	case "credential":
+		return types.String(in.r.Credential)
+	case "identity":
+		return types.String(in.identity)
+	case "trustDomain":
+		return types.String(in.td)
+	case "identityNamespace":
+		return types.String(in.ns)
+	case "identityServiceAccount":
+		return types.String(in.sa)
+	case "pod":
+		return types.String(in.r.Caller.PodName)
+	case "node":
+		return types.String(in.r.Caller.NodeName)
+	case "ttl":
+		return types.Duration{Duration: in.ttl}
+	}
+	return nil
 }
 
 // Parent is nil: in is the only activation (interpreter.Activation).
@@ -383,6 +400,9 @@ func (in *input) eval(ctx context.Context, p program) (any, error) {
 	}
 	if err != nil {
 		return nil, err
+	}
+	if d, ok := out.(types.Duration); ok {
+		return d, nil // as it is: its Value() allocates
 	}
 	return out.Value(), nil
 }
