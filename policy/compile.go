@@ -109,6 +109,9 @@ type program struct {
 	// tracking costs more than most expressions); zero when it is not,
 	// and the program stops itself at MaxCost.
 	maxCost uint64
+	// static, when set, decides the expression without the interpreter
+	// (staticTerms).
+	static []staticTerm
 }
 
 // Compile compiles p. It never fails: a policy that does not compile
@@ -176,6 +179,9 @@ func (c *Compiler) program(source, expr string, want *cel.Type) (program, error)
 	}
 	if !ast.OutputType().IsExactType(want) {
 		return p, fmt.Errorf("%s: yields %s, not %s", source, ast.OutputType(), want)
+	}
+	if want == cel.BoolType {
+		p.static, _ = staticTerms(ast.NativeRep().Expr())
 	}
 	opts := []cel.ProgramOption{cel.EvalOptions(cel.OptOptimize)}
 	if est, err := c.env.EstimateCost(ast, sizes{}); err == nil && est.Max <= MaxCost {

@@ -319,35 +319,41 @@ func (in *input) ResolveName(name string) (any, bool) {
 
 // value is the variable name of the request.
 func (in *input) value(name string) ref.Val {
-	switch name {
-	case "door":
-		return types.String(in.door)
-	case "cluster":
-		return types.String(in.r.Cluster)
-	case "callerKind":
-		return types.String(in.r.CallerKind)
-	case "callerNamespace":
-		return types.String(in.r.Caller.Namespace)
-	case "callerServiceAccount":
-		return types.String(in.r.Caller.ServiceAccount)
-	case "credential":
-		return types.String(in.r.Credential)
-	case "identity":
-		return types.String(in.identity)
-	case "trustDomain":
-		return types.String(in.td)
-	case "identityNamespace":
-		return types.String(in.ns)
-	case "identityServiceAccount":
-		return types.String(in.sa)
-	case "pod":
-		return types.String(in.r.Caller.PodName)
-	case "node":
-		return types.String(in.r.Caller.NodeName)
-	case "ttl":
+	if name == "ttl" {
 		return types.Duration{Duration: in.ttl}
 	}
-	return nil
+	return types.String(in.str(variableIndex(name)))
+}
+
+// str is the string variable scalarVariables[i] of the request.
+func (in *input) str(i int) string {
+	switch scalarVariables[i] {
+	case "door":
+		return in.door
+	case "cluster":
+		return in.r.Cluster
+	case "callerKind":
+		return string(in.r.CallerKind)
+	case "callerNamespace":
+		return in.r.Caller.Namespace
+	case "callerServiceAccount":
+		return in.r.Caller.ServiceAccount
+	case "credential":
+		return string(in.r.Credential)
+	case "identity":
+		return in.identity
+	case "trustDomain":
+		return in.td
+	case "identityNamespace":
+		return in.ns
+	case "identityServiceAccount":
+		return in.sa
+	case "pod":
+		return in.r.Caller.PodName
+	case "node":
+		return in.r.Caller.NodeName
+	}
+	return ""
 }
 
 // Parent is nil: in is the only activation (interpreter.Activation).
@@ -385,6 +391,10 @@ func (in *input) eval(ctx context.Context, p program) (any, error) {
 		return nil, errRequestCost
 	}
 	in.lookupErr = nil
+	if p.static != nil {
+		in.cost += p.maxCost
+		return holds(p.static, in), nil
+	}
 	var out ref.Val
 	var err error
 	if p.maxCost > 0 {
