@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"time"
 	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -74,7 +75,7 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 		st.Decisions.Add(add)
 		if u.GetGeneration() == c.Generation {
 			before := slices.Clone(st.Conditions)
-			meta.SetStatusCondition(&st.Conditions, compiledCondition(c))
+			meta.SetStatusCondition(&st.Conditions, compiledCondition(c, w.cfg.Clock.Now()))
 			changed = changed || st.ObservedGeneration != c.Generation || !conditionsEqual(before, st.Conditions)
 			st.ObservedGeneration = c.Generation
 		}
@@ -105,9 +106,12 @@ func statusOf(u *unstructured.Unstructured) policy.Status {
 	return st
 }
 
-func compiledCondition(c *policy.Compiled) metav1.Condition {
+// compiledCondition is c's Compiled condition; now is its transition
+// time, if it is one.
+func compiledCondition(c *policy.Compiled, now time.Time) metav1.Condition {
 	cond := metav1.Condition{Type: policy.ConditionCompiled, Status: metav1.ConditionTrue, Reason: "Compiled",
-		Message: "compiled; deciding the requests it selects", ObservedGeneration: c.Generation}
+		Message: "compiled; deciding the requests it selects", ObservedGeneration: c.Generation,
+		LastTransitionTime: metav1.NewTime(now)}
 	if c.DryRun {
 		cond.Message = "compiled; in dry-run mode, recording what it would refuse"
 	}
