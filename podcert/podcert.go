@@ -53,8 +53,8 @@ const (
 // minValidity is the shortest certificate the API server accepts.
 const minValidity = time.Hour
 
-// Config configures a Controller. Client, SignerName, TrustDomain and
-// Signer are required.
+// Config configures a Controller. Client, SignerName, TrustDomain, Signer
+// and Pipeline are required.
 type Config struct {
 	Client      kubernetes.Interface
 	SignerName  string
@@ -64,13 +64,9 @@ type Config struct {
 	ClusterID string
 	// Signer tells the signing certificate; the pipeline signs.
 	Signer Signer
-	// Pipeline decides, signs, audits and counts what this door hands it.
-	// If nil, the controller makes one of its own from Signer, Audit and
-	// Logger.
+	// Pipeline decides, signs, audits and counts what this door hands it:
+	// the one every door shares.
 	Pipeline *issuance.Pipeline
-	// Audit receives the records of the pipeline the controller makes
-	// when Pipeline is nil (default: Logger).
-	Audit    *slog.Logger
 	Logger   *slog.Logger
 	Observer Observer
 	Clock    clock.WithTicker
@@ -115,16 +111,13 @@ type Controller struct {
 // New checks cfg and returns a controller; nothing runs yet.
 func New(cfg Config) (*Controller, error) {
 	switch {
-	case cfg.Client == nil || cfg.Signer == nil:
-		return nil, errors.New("podcert: Client and Signer are required")
+	case cfg.Client == nil || cfg.Signer == nil || cfg.Pipeline == nil:
+		return nil, errors.New("podcert: Client, Signer and Pipeline are required")
 	case cfg.SignerName == "" || cfg.TrustDomain.IsZero():
 		return nil, errors.New("podcert: SignerName and TrustDomain are required")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
-	}
-	if cfg.Audit == nil {
-		cfg.Audit = cfg.Logger
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
@@ -139,13 +132,6 @@ func New(cfg Config) (*Controller, error) {
 	case "", APIv1, APIv1beta1:
 	default:
 		return nil, fmt.Errorf("podcert: APIVersion %q: want v1, v1beta1 or empty", cfg.APIVersion)
-	}
-	if cfg.Pipeline == nil {
-		p, err := issuance.New(issuance.Config{Signer: cfg.Signer, Audit: cfg.Audit, Logger: cfg.Logger, Clock: cfg.Clock})
-		if err != nil {
-			return nil, err
-		}
-		cfg.Pipeline = p
 	}
 	return &Controller{cfg: cfg, door: cfg.Pipeline.Door(issuance.DoorPodCertificate, answer), api: v1API(cfg.Client)}, nil
 }

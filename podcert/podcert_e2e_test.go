@@ -9,7 +9,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"fmt"
-	"log/slog"
+	"io"
 	"net/url"
 	"strings"
 	"sync"
@@ -117,7 +117,7 @@ func TestE2E(t *testing.T) {
 	var audit testlog.Buffer // written by the signer while the test reads it
 	client := grantSigner(t, cp, "podcert-signer", testSigner, "example.com/other")
 	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD,
-		Signer: authority, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil)),
+		Signer: authority, Logger: testlog.New(t), Pipeline: newPipeline(t, authority, &audit, nil),
 		Workers: 1}) // decides in order: see the other signer's request
 	if err != nil {
 		t.Fatal(err)
@@ -254,7 +254,7 @@ func checkWorkers(t *testing.T, cp *controlplane.ControlPlane, authority *ca.Aut
 	var audit testlog.Buffer
 	signing := &pairSigner{Signer: authority, paired: make(chan struct{})}
 	c, err := New(Config{Client: grantSigner(t, cp, "podcert-workers", signer), SignerName: signer, TrustDomain: testTD,
-		Signer: signing, Logger: testlog.New(t), Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Workers: 4})
+		Signer: signing, Logger: testlog.New(t), Pipeline: newPipeline(t, signing, &audit, nil), Workers: 4})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -332,7 +332,7 @@ func TestE2EV1beta1(t *testing.T) {
 
 	client := grantSigner(t, cp, "podcert-signer-v1beta1", testSigner)
 	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: authority,
-		Logger: testlog.New(t), APIVersion: APIv1beta1})
+		Pipeline: newPipeline(t, authority, io.Discard, nil), Logger: testlog.New(t), APIVersion: APIv1beta1})
 	if err != nil {
 		t.Fatal(err)
 	}

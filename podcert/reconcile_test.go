@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/x509"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -17,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
 	testingclock "k8s.io/utils/clock/testing"
 
 	"github.com/workload-ca/workload-ca/authz"
@@ -170,8 +172,9 @@ func TestReconcile(t *testing.T) {
 			client := fake.NewClientset(tt.pcr.DeepCopy())
 			var audit bytes.Buffer
 			obs := countingObserver{}
+			clk := testingclock.NewFakeClock(now)
 			c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: tt.signer,
-				Audit: slog.New(slog.NewJSONHandler(&audit, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now),
+				Pipeline: newPipeline(t, tt.signer, &audit, clk), Observer: obs, Clock: clk,
 				Pods: tt.pods, Accounts: tt.accounts})
 			if err != nil {
 				t.Fatal(err)
@@ -260,8 +263,9 @@ func TestReconcileAuditUnwritable(t *testing.T) {
 	client := fake.NewClientset(pcr.DeepCopy())
 	disk := &failingWriter{failing: true}
 	obs := countingObserver{}
+	clk := testingclock.NewFakeClock(now)
 	c, err := New(Config{Client: client, SignerName: testSigner, TrustDomain: testTD, Signer: signer,
-		Audit: slog.New(slog.NewJSONHandler(disk, nil)), Observer: obs, Clock: testingclock.NewFakeClock(now)})
+		Pipeline: newPipeline(t, signer, disk, clk), Observer: obs, Clock: clk})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -291,4 +295,15 @@ func TestReconcileAuditUnwritable(t *testing.T) {
 	if got.Status.CertificateChain == "" || obs[ResultIssued] != 1 {
 		t.Errorf("not issued once the log could be written: chain %q, counted %v", got.Status.CertificateChain, obs)
 	}
+}
+
+// newPipeline is the pipeline a test's controller hands its requests to,
+// its records written to audit.
+func newPipeline(t testing.TB, signer issuance.Signer, audit io.Writer, clk clock.PassiveClock) *issuance.Pipeline {
+	t.Helper()
+	p, err := issuance.New(issuance.Config{Signer: signer, Audit: slog.New(slog.NewJSONHandler(audit, nil)), Clock: clk})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
 }

@@ -2,7 +2,6 @@ package server_test
 
 import (
 	"fmt"
-	"log/slog"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -48,7 +47,7 @@ func (e *errnoWrite) Unwrap() error { return e.errno }
 func TestAuditLogUnwritableFailsClosed(t *testing.T) {
 	disk := &fullDisk{}
 	e := newEnv(t, testca.NewRoot(t, testca.P256).Material(), func(c *envConfig) {
-		c.service = func(cfg *server.Config) { cfg.Audit = slog.New(slog.NewJSONHandler(disk, nil)) }
+		c.auditTo = disk
 	})
 	client := capb.NewIstioCertificateServiceClient(e.conn(t))
 	req := ztunnelRequest(t)

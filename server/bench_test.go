@@ -12,6 +12,7 @@ import (
 
 	"github.com/workload-ca/workload-ca/ca"
 	"github.com/workload-ca/workload-ca/internal/testca"
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/proto/capb"
 	"github.com/workload-ca/workload-ca/server"
 )
@@ -37,8 +38,8 @@ func BenchmarkCreateCertificate(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	svc, err := server.NewService(server.Config{Authenticator: testAuthenticator(), Authorizer: testPolicy(b), Signer: authority,
-		Audit: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	svc, err := server.NewService(server.Config{Authenticator: testAuthenticator(), Authorizer: testPolicy(b),
+		Pipeline: newPipeline(b, issuance.Config{Signer: authority, Audit: slog.New(slog.NewJSONHandler(io.Discard, nil))})})
 	if err != nil {
 		b.Fatal(err)
 	}

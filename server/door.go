@@ -49,7 +49,7 @@ func (o *Options) Build(ctx context.Context, w Wiring) (*Door, error) {
 	guard := NewConnGuard(ConnGuardConfig{Deadline: o.AuthDeadline, MaxPerAddress: o.MaxUnauthPerAddr,
 		Observer: newConnMetrics(w.Registerer)})
 	svc, err := NewService(Config{Connections: guard,
-		Authenticator: w.Authenticator, Authorizer: w.Authorizer, Pipeline: w.Pipeline, Logger: w.Logger,
+		Authenticator: w.Authenticator, Authorizer: w.Authorizer, Pipeline: w.Pipeline,
 		Ready: w.Ready, ClusterID: w.ClusterID, Remote: w.Remote,
 		MaxConcurrentSigns: o.MaxConcurrentSigns, QueueTimeout: o.SignQueueTimeout,
 		MaxQueued: o.MaxQueued, MaxQueuedPerNode: o.MaxQueuedPerNode,

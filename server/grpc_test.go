@@ -1,11 +1,13 @@
 package server_test
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"encoding/json"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"strings"
@@ -63,13 +65,25 @@ type envConfig struct {
 	shutdownDelay time.Duration
 	wrapSigner    func(issuance.Signer) issuance.Signer
 	service       func(*server.Config)
-	listener      func(net.Listener) net.Listener
+	// auditTo, if set, receives the audit records instead of env.audit.
+	auditTo  io.Writer
+	listener func(net.Listener) net.Listener
 	// transport's busy tier is the server's (WithBusyTier); its other
 	// fields come through opts.
 	transport server.Transport
 }
 
 type envOption func(*envConfig)
+
+// newPipeline is the pipeline a test's service hands its requests to.
+func newPipeline(t testing.TB, cfg issuance.Config) *issuance.Pipeline {
+	t.Helper()
+	p, err := issuance.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
 
 func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	t.Helper()
@@ -92,9 +106,9 @@ func newEnv(t testing.TB, m *ca.Material, options ...envOption) *env {
 	if cfg.wrapSigner != nil {
 		signer = cfg.wrapSigner(signer)
 	}
-	svcCfg := server.Config{Authenticator: e.authn, Authorizer: policy, Signer: signer,
-		Ready: e.ready.get, Observer: e.obs, ClusterID: caclient.DefaultClusterID,
-		Audit: slog.New(slog.NewJSONHandler(e.audit, nil))}
+	svcCfg := server.Config{Authenticator: e.authn, Authorizer: policy,
+		Pipeline: newPipeline(t, issuance.Config{Signer: signer, Observer: e.obs, Audit: slog.New(slog.NewJSONHandler(cmp.Or[io.Writer](cfg.auditTo, e.audit), nil))}),
+		Ready:    e.ready.get, ClusterID: caclient.DefaultClusterID}
 	if cfg.service != nil {
 		cfg.service(&svcCfg)
 	}
@@ -520,8 +534,8 @@ func TestCallerGoneDuringReview(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	svc, err := server.NewService(server.Config{Authenticator: waitingAuthenticator{}, Authorizer: testPolicy(t), Signer: authority,
-		Ready: func() error { return nil }})
+	svc, err := server.NewService(server.Config{Authenticator: waitingAuthenticator{}, Authorizer: testPolicy(t),
+		Pipeline: newPipeline(t, issuance.Config{Signer: authority}), Ready: func() error { return nil }})
 	if err != nil {
 		t.Fatal(err)
 	}

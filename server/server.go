@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -50,16 +49,14 @@ type Connections interface {
 	RequestStarted(ctx context.Context) (done func(authenticated bool))
 }
 
-// Config wires the service. Authenticator, Authorizer and Pipeline (or
-// Signer) are required: there is no allow-all mode.
+// Config wires the service. Authenticator, Authorizer and Pipeline are
+// required: there is no allow-all mode.
 type Config struct {
 	Authenticator Authenticator
 	Authorizer    Authorizer
-	// Pipeline decides, signs, audits and counts what this door hands it.
-	// If nil, the service makes one of its own from Signer, Audit,
-	// Observer, Logger and Clock.
+	// Pipeline decides, signs, audits and counts what this door hands it:
+	// the one every door shares.
 	Pipeline *issuance.Pipeline
-	Signer   issuance.Signer
 	// Ready reports whether the CA can serve (nil: always ready).
 	Ready func() error
 	// ClusterID, if set, refuses requests whose clusterid header names
@@ -69,12 +66,7 @@ type Config struct {
 	// its requests are authenticated and authorized by that cluster's
 	// checks alone, never by the local ones. It needs ClusterID.
 	Remote func(id string) (RemoteCluster, bool)
-	// Audit and Observer are those of the pipeline the service makes when
-	// Pipeline is nil.
-	Audit    *slog.Logger
-	Observer issuance.Observer
-	Logger   *slog.Logger
-	Clock    clock.PassiveClock
+	Clock  clock.PassiveClock
 	// Connections, if set, hears of each request on its connection.
 	Connections Connections
 	// MaxConcurrentSigns bounds concurrent CSR checks and signatures
@@ -123,8 +115,8 @@ type Service struct {
 
 // NewService checks the configuration and returns the service.
 func NewService(cfg Config) (*Service, error) {
-	if cfg.Authenticator == nil || cfg.Authorizer == nil || (cfg.Signer == nil && cfg.Pipeline == nil) {
-		return nil, errors.New("server: authenticator, authorizer and a pipeline or signer are required")
+	if cfg.Authenticator == nil || cfg.Authorizer == nil || cfg.Pipeline == nil {
+		return nil, errors.New("server: authenticator, authorizer and pipeline are required")
 	}
 	if cfg.Remote != nil && cfg.ClusterID == "" {
 		return nil, errors.New("server: remote clusters need the local cluster's id")
@@ -134,13 +126,6 @@ func NewService(cfg Config) (*Service, error) {
 	}
 	s := &Service{authn: cfg.Authenticator, authz: cfg.Authorizer, pipeline: cfg.Pipeline,
 		ready: cfg.Ready, clusterID: cfg.ClusterID, remote: cfg.Remote, clock: cfg.Clock}
-	if s.pipeline == nil {
-		p, err := issuance.New(issuance.Config{Signer: cfg.Signer, Audit: cfg.Audit, Logger: cfg.Logger, Observer: cfg.Observer, Clock: cfg.Clock})
-		if err != nil {
-			return nil, err
-		}
-		s.pipeline = p
-	}
 	s.door = s.pipeline.Door(issuance.DoorGRPC, answer)
 	if s.ready == nil {
 		s.ready = func() error { return nil }
