@@ -16,11 +16,12 @@ func WorkloadID(td spiffeid.TrustDomain, ns, sa string) (spiffeid.ID, error) {
 	return spiffeid.FromSegments(td, "ns", ns, "sa", sa)
 }
 
-// workload extracts namespace and service account from an identity of the
-// form spiffe://<td>/ns/<ns>/sa/<sa>.
+// SplitWorkload reads namespace and service account from an identity of
+// the form spiffe://<td>/ns/<ns>/sa/<sa>; ok is false for another form. It
+// does not check that Kubernetes could hold the names (workload does).
 // It cuts the path in place rather than splitting it: this runs on every
 // impersonation request.
-func workload(id spiffeid.ID) (ns, sa string, err error) {
+func SplitWorkload(id spiffeid.ID) (ns, sa string, ok bool) {
 	rest, ok := strings.CutPrefix(id.Path(), "/ns/")
 	if ok {
 		ns, rest, ok = strings.Cut(rest, "/")
@@ -29,6 +30,16 @@ func workload(id spiffeid.ID) (ns, sa string, err error) {
 		sa, ok = strings.CutPrefix(rest, "sa/")
 	}
 	if !ok || ns == "" || sa == "" || strings.Contains(sa, "/") {
+		return "", "", false
+	}
+	return ns, sa, true
+}
+
+// workload extracts namespace and service account from an identity of the
+// form spiffe://<td>/ns/<ns>/sa/<sa>, names Kubernetes can hold.
+func workload(id spiffeid.ID) (ns, sa string, err error) {
+	ns, sa, ok := SplitWorkload(id)
+	if !ok {
 		return "", "", fmt.Errorf("identity %s is not of the form spiffe://<trust domain>/ns/<namespace>/sa/<service account>", id)
 	}
 	// Names Kubernetes cannot hold never cost a pod lookup.

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +15,7 @@ import (
 	"github.com/spiffe/go-spiffe/v2/spiffeid"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/workload-ca/workload-ca/authz"
 	"github.com/workload-ca/workload-ca/issuance"
 )
 
@@ -165,9 +165,6 @@ var errNoLabels = fmt.Errorf("%w: labels are not watched", issuance.ErrPolicyUna
 func (noLabels) NamespaceLabels(string, string) (map[string]string, error) { return nil, errNoLabels }
 func (noLabels) NodeLabels(string, string) (map[string]string, error)      { return nil, errNoLabels }
 
-// Len is the number of policies.
-func (s *Set) Len() int { return len(s.policies) }
-
 // Decide decides r, granted identity granted, at door: every policy that
 // selects it, in name order, until one refuses it.
 func (s *Set) Decide(ctx context.Context, door string, r *issuance.Request, granted spiffeid.ID) (issuance.Verdict, error) {
@@ -289,11 +286,7 @@ type input struct {
 
 func newInput(door string, r *issuance.Request, granted spiffeid.ID, l Labels, ttl time.Duration) *input {
 	in := &input{door: door, r: r, identity: granted.String(), td: granted.TrustDomain().Name(), labels: l, ttl: ttl}
-	if rest, ok := strings.CutPrefix(granted.Path(), "/ns/"); ok {
-		if ns, sa, ok := strings.Cut(rest, "/sa/"); ok && !strings.Contains(ns, "/") && !strings.Contains(sa, "/") {
-			in.ns, in.sa = ns, sa
-		}
-	}
+	in.ns, in.sa, _ = authz.SplitWorkload(granted)
 	return in
 }
 
