@@ -6,13 +6,14 @@ import (
 	"path"
 	"slices"
 	"sort"
-	"unicode/utf8"
 
 	"github.com/google/cel-go/cel"
 	"github.com/google/cel-go/checker"
 	"github.com/google/cel-go/ext"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/workload-ca/workload-ca/issuance"
 )
 
 // Bounds of a policy: an expression's length and cost, and how many of
@@ -154,7 +155,7 @@ func (c *Compiler) Compile(p *IssuancePolicy) *Compiled {
 		}
 		prg.message = v.Message
 		if prg.message == "" {
-			prg.message = clip("failed "+v.Expression, maxRefusalMessage)
+			prg.message = issuance.Clip("failed "+v.Expression, maxRefusalMessage)
 		}
 		out.validations = append(out.validations, prg)
 	}
@@ -285,16 +286,4 @@ func (c *Compiled) selects(door, cluster, identity string, namespaceLabels func(
 		return false, err
 	}
 	return c.namespaces.Matches(set), nil
-}
-
-// clip cuts s to at most n bytes, on a character boundary.
-func clip(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	cut := n
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return s[:cut] + "…"
 }

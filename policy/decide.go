@@ -420,5 +420,5 @@ func (in *input) refusal(policy string, p program, err error) error {
 	if in.lookupErr != nil {
 		return unavailable(policy, fmt.Errorf("%s: %w", p.source, in.lookupErr))
 	}
-	return &issuance.PolicyError{Policy: policy, Message: clip(fmt.Sprintf("%s: %v", p.source, err), maxRefusalMessage)}
+	return &issuance.PolicyError{Policy: policy, Message: issuance.Clip(fmt.Sprintf("%s: %v", p.source, err), maxRefusalMessage)}
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"time"
-	"unicode/utf8"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -14,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/util/retry"
 
+	"github.com/workload-ca/workload-ca/issuance"
 	"github.com/workload-ca/workload-ca/policy"
 )
 
@@ -74,9 +74,8 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 		changed := add != (policy.Decisions{})
 		st.Decisions.Add(add)
 		if u.GetGeneration() == c.Generation {
-			before := slices.Clone(st.Conditions)
-			meta.SetStatusCondition(&st.Conditions, compiledCondition(c, w.cfg.Clock.Now()))
-			changed = changed || st.ObservedGeneration != c.Generation || !conditionsEqual(before, st.Conditions)
+			condChanged := meta.SetStatusCondition(&st.Conditions, compiledCondition(c, w.cfg.Clock.Now()))
+			changed = changed || condChanged || st.ObservedGeneration != c.Generation
 			st.ObservedGeneration = c.Generation
 		}
 		if !changed {
@@ -116,29 +115,9 @@ func compiledCondition(c *policy.Compiled, now time.Time) metav1.Condition {
 		cond.Message = "compiled; in dry-run mode, recording what it would refuse"
 	}
 	if c.Err != nil {
-		msg := c.Err.Error()
-		if len(msg) > maxConditionMessage {
-			cut := maxConditionMessage
-			for cut > 0 && !utf8.RuneStart(msg[cut]) {
-				cut--
-			}
-			msg = msg[:cut] + "…"
-		}
+		msg := issuance.Clip(c.Err.Error(), maxConditionMessage)
 		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "CompileError",
 			fmt.Sprintf("does not compile; refusing, as unavailable, the requests it selects: %s", msg)
 	}
 	return cond
-}
-
-func conditionsEqual(a, b []metav1.Condition) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		x, y := a[i], b[i]
-		if x.Type != y.Type || x.Status != y.Status || x.Reason != y.Reason || x.Message != y.Message || x.ObservedGeneration != y.ObservedGeneration {
-			return false
-		}
-	}
-	return true
 }
