@@ -103,7 +103,11 @@ trust distribution and rotation tasks. Exactly one of --ca-dir and
 --ca-secret names the CA material; serve --validate checks it and exits.`,
 		Flags: func() (*pflag.FlagSet, func([]string) (serveOptions, error)) {
 			fs, o := serveFlags()
-			return fs, func([]string) (serveOptions, error) { return *o, o.validate() }
+			return fs, func([]string) (serveOptions, error) {
+				// validate fills in what it checked: copy o after it.
+				err := o.validate()
+				return *o, err
+			}
 		},
 		Exclusive: [][]string{{"ca-dir", "ca-secret"}, {"ca-dir", "ca-root-dir"}},
 		OneOf:     [][]string{{"ca-dir", "ca-secret"}},
