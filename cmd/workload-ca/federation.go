@@ -53,7 +53,7 @@ func (a *app) publishRootConfigMaps(context.Context) error {
 	}
 	cfg := configmap.Config{Client: a.kube.RootConfigMaps, Options: a.publisherOptions(a.metrics.RootConfigMaps(), "rootconfigmap")}
 	a.opts.rootCMs.ApplyTo(&cfg)
-	peers := a.opts.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap })
+	peers := a.opts.federation.RootConfigMapPeers()
 	if len(peers) > 0 {
 		cfg.Peers, cfg.OurDNSDomains, cfg.LeftOut = a.rootConfigMapPeers, a.ourDNSDomains(),
 			a.leftOutMetric("istio_root_configmap", func(string) bool { return true })
@@ -104,7 +104,7 @@ func (a *app) rootConfigMapPeers() []rootset.Peer {
 		return nil
 	}
 	var out []rootset.Peer
-	for _, td := range a.opts.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap }) {
+	for _, td := range a.opts.federation.RootConfigMapPeers() {
 		out = append(out, rootset.Peer{TrustDomain: td, Roots: a.importer.Roots(td)})
 	}
 	return out

@@ -8,8 +8,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-
-	"github.com/workload-ca/workload-ca/trust/federation"
 )
 
 // validateServe is `serve --validate`: the flags have been checked; it
@@ -89,7 +87,7 @@ func (o *serveOptions) leaderTasks() []string {
 		}
 		tasks = append(tasks, t)
 	}
-	for _, td := range o.federation.Peers(func(p federation.Peer) bool { return p.ClusterTrustBundle }) {
+	for _, td := range o.federation.BundlePeers() {
 		tasks = append(tasks, "ClusterTrustBundles of signer "+signer+" with the roots of federated trust domain "+td.Name())
 	}
 	if o.rootCMs.Publish {
@@ -98,7 +96,7 @@ func (o *serveOptions) leaderTasks() []string {
 			sel = "every namespace"
 		}
 		t := "Istio's istio-ca-root-cert ConfigMap in " + sel
-		if tds := o.federation.Peers(func(p federation.Peer) bool { return p.IstioRootConfigMap }); len(tds) > 0 {
+		if tds := o.federation.RootConfigMapPeers(); len(tds) > 0 {
 			t += fmt.Sprintf(", with the roots of federated trust domains %v", tds)
 		}
 		tasks = append(tasks, t)

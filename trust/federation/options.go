@@ -42,12 +42,12 @@ func (o *Options) Validate(own spiffeid.TrustDomain, bundles, rootConfigMaps boo
 	if o.Config, err = Load(o.File, own); err != nil {
 		errs = append(errs, fmt.Errorf("--federation-config: %w", err))
 	}
-	for _, p := range o.Peers(func(p Peer) bool { return p.ClusterTrustBundle }) {
+	for _, p := range o.BundlePeers() {
 		if !bundles {
 			errs = append(errs, fmt.Errorf("--federation-config: trust domain %s: clusterTrustBundle needs --publish-trust-bundle", p))
 		}
 	}
-	for _, p := range o.Peers(func(p Peer) bool { return p.IstioRootConfigMap }) {
+	for _, p := range o.RootConfigMapPeers() {
 		if !rootConfigMaps {
 			errs = append(errs, fmt.Errorf("--federation-config: trust domain %s: istioRootConfigMap needs --istio-root-configmap", p))
 		}
@@ -55,8 +55,19 @@ func (o *Options) Validate(own spiffeid.TrustDomain, bundles, rootConfigMaps boo
 	return errors.Join(errs...)
 }
 
-// Peers are the federated trust domains keep keeps.
-func (o *Options) Peers(keep func(Peer) bool) []spiffeid.TrustDomain {
+// BundlePeers are the trust domains whose roots join our
+// ClusterTrustBundles (clusterTrustBundle in the file).
+func (o *Options) BundlePeers() []spiffeid.TrustDomain {
+	return o.peers(func(p Peer) bool { return p.ClusterTrustBundle })
+}
+
+// RootConfigMapPeers are the trust domains whose roots join Istio's root
+// ConfigMap (istioRootConfigMap in the file).
+func (o *Options) RootConfigMapPeers() []spiffeid.TrustDomain {
+	return o.peers(func(p Peer) bool { return p.IstioRootConfigMap })
+}
+
+func (o *Options) peers(keep func(Peer) bool) []spiffeid.TrustDomain {
 	var out []spiffeid.TrustDomain
 	if o.Config != nil {
 		for _, p := range o.Config.Peers {
