@@ -112,15 +112,11 @@ func (o *Options) upstreamWiring(w Wiring, opened func() *Source) upstreamconfig
 // sign with, for serve --validate. It writes nothing: a directory that
 // would get a generated root is reported, not created.
 func (o *Options) Describe(ctx context.Context) (string, error) {
-	var key crypto.Signer
-	if o.KeyURI != "" {
-		k, err := keystore.OpenKey(ctx, o.KeyURI)
-		if err != nil {
-			return "", err
-		}
-		defer func() { _ = k.Close() }()
-		key = k
+	key, release, err := o.openKey(ctx, slog.New(slog.DiscardHandler))
+	if err != nil {
+		return "", err
 	}
+	defer release()
 	switch {
 	case o.Dir != "":
 		return o.describeDir(key)
