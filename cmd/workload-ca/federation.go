@@ -13,7 +13,6 @@ import (
 	"github.com/workload-ca/workload-ca/istiodcert"
 	"github.com/workload-ca/workload-ca/metrics"
 	"github.com/workload-ca/workload-ca/server"
-	"github.com/workload-ca/workload-ca/trust"
 	"github.com/workload-ca/workload-ca/trust/clustertrustbundle"
 	"github.com/workload-ca/workload-ca/trust/configmap"
 	"github.com/workload-ca/workload-ca/trust/federation"
@@ -194,11 +193,10 @@ func (a *app) importPeers(peers []federation.Peer) error {
 // domain td as ClusterTrustBundles.
 func (a *app) publishPeerBundle(im *federation.Importer, td spiffeid.TrustDomain) error {
 	name := "trustbundle-" + td.Name()
+	opts := a.publisherOptions(a.metrics, name)
+	opts.Roots = func() []*x509.Certificate { return im.Roots(td) }
 	cfg := clustertrustbundle.Config{Client: a.kube.Bundles, SignerName: a.opts.bundles.SignerName, PeerTrustDomain: td,
-		LeftOut: a.leftOutMetric("cluster_trust_bundle", func(name string) bool { return name == td.Name() }),
-		Options: trust.Options{TrustDomain: a.opts.material.TrustDomain,
-			Roots:    func() []*x509.Certificate { return im.Roots(td) },
-			Observer: a.metrics, Logger: a.log.With("component", name)}}
+		LeftOut: a.leftOutMetric("cluster_trust_bundle", func(name string) bool { return name == td.Name() }), Options: opts}
 	pub, err := clustertrustbundle.New(cfg)
 	if err != nil {
 		return err
