@@ -39,21 +39,33 @@ func (w *Watcher) writeStatus(ctx context.Context) {
 		}
 	}
 	w.mu.Unlock()
+	written := make(map[string]int64, len(current))
 	for _, c := range current {
-		add := taken[c.Key()]
-		if err := w.updateStatus(ctx, c, add); err != nil {
-			w.tally.Return(c.Key(), add)
+		key, add := c.Key(), taken[c.Key()]
+		if add == (policy.Decisions{}) && w.written[key] == c.Generation {
+			written[key] = c.Generation // nothing to add, its condition current
+			continue
+		}
+		conditionCurrent, err := w.updateStatus(ctx, c, add)
+		if err != nil {
+			w.tally.Return(key, add)
 			w.cfg.Logger.WarnContext(ctx, "the status of an IssuancePolicy could not be written", "policy", c.Name, "error", err)
 		}
+		if conditionCurrent {
+			written[key] = c.Generation
+		}
 	}
+	w.written = written
 }
 
 // updateStatus writes one policy's status: its decisions plus add, and,
-// if it is still the generation c was compiled from, c's condition.
-func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add policy.Decisions) error {
+// if it is still the generation c was compiled from, c's condition
+// (current: the condition in the status is c's).
+func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add policy.Decisions) (current bool, _ error) {
 	client := w.cfg.Policies.Resource(GVR)
 	first := true
-	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		current = false
 		var u *unstructured.Unstructured
 		if obj, ok, _ := w.informer.GetStore().GetByKey(c.Name); ok && first {
 			u = obj.(*unstructured.Unstructured).DeepCopy()
@@ -77,6 +89,7 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 			condChanged := meta.SetStatusCondition(&st.Conditions, compiledCondition(c, w.cfg.Clock.Now()))
 			changed = changed || condChanged || st.ObservedGeneration != c.Generation
 			st.ObservedGeneration = c.Generation
+			current = true
 		}
 		if !changed {
 			return nil
@@ -89,6 +102,7 @@ func (w *Watcher) updateStatus(ctx context.Context, c *policy.Compiled, add poli
 		_, err = client.UpdateStatus(ctx, u, metav1.UpdateOptions{})
 		return err
 	})
+	return current && err == nil, err
 }
 
 // statusOf reads a policy's status; what cannot be read starts afresh

@@ -81,6 +81,10 @@ type Watcher struct {
 	// current is the Set's policies.
 	compiled map[string]*policy.Compiled
 	current  []*policy.Compiled
+	// written is, by policy Key, the generation whose condition this
+	// replica has seen in the status: with nothing to add, it is not
+	// read again. Only the status loop uses it.
+	written map[string]int64
 }
 
 // New returns a watcher; Run starts it.
